@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both bootstrap uv and the locked
+# environment first. Python 3.11+ must be on PATH; uv is installed with pip when missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
+export UV_PYTHON_DOWNLOADS := never
+HOME_DIR := $(if $(REWARDHOUSE_HOME),$(REWARDHOUSE_HOME),$(CURDIR)/data)
+DAGSTER_HOME ?= $(HOME_DIR)/dagster
+
+.PHONY: bootstrap run test dev bench validate clean
+
+bootstrap:
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
+	@$(UV) sync --frozen --quiet
+
+run: bootstrap
+	$(UV) run --frozen rewardhouse run
+
+test: bootstrap
+	$(UV) run --frozen pytest -q
+
+dev: bootstrap
+	@mkdir -p "$(DAGSTER_HOME)"
+	@test -f "$(DAGSTER_HOME)/dagster.yaml" || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
+	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h 127.0.0.1 -p 3000
+
+validate: bootstrap
+	$(UV) run --frozen dagster definitions validate
+
+clean:
+	rm -rf .venv .pytest_cache

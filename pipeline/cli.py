@@ -1,0 +1,198 @@
+"""`rewardhouse`: run the pipeline, list releases, query the warehouse, score judge outputs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from pipeline.settings import REPO_ROOT, Layout
+
+EXAMPLE_SQL = "select task, count(*) as pairs, round(avg((chosen = 'A')::int) * 100, 1) as chosen_a_pct from mmrb2_pairs group by task order by task"
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"rewardhouse: {message}", file=sys.stderr)
+    return code
+
+
+def prepare_dagster_home(layout: Layout) -> Path:
+    """Use a persistent DAGSTER_HOME inside the data root (unless one is set) with the repo's dagster.yaml."""
+    home = Path(os.environ.get("DAGSTER_HOME") or layout.dagster_home)
+    home.mkdir(parents=True, exist_ok=True)
+    src = REPO_ROOT / "dagster.yaml"
+    if src.is_file() and not (home / "dagster.yaml").is_file():
+        shutil.copyfile(src, home / "dagster.yaml")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def _failure_messages(result) -> list[str]:
+    messages = []
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            err = event.step_failure_data.error
+            # A dg.Failure carries the user-facing description; anything else: its message line.
+            while err.cause is not None and err.cls_name in ("DagsterExecutionStepExecutionError",):
+                err = err.cause
+            messages.append(f"{event.step_key}: {err.message.strip()}")
+    return messages
+
+
+def cmd_run(args) -> int:
+    import dagster as dg
+
+    layout = Layout()
+    home = prepare_dagster_home(layout)
+    from pipeline.definitions import defs
+
+    if args.source == "local" and not args.path:
+        return _fail("--source local needs --path DIR (a folder mirroring the upstream layout)", 2)
+    config = {"source": args.source, "home": str(layout.root)}
+    if args.path:
+        config["local_path"] = str(Path(args.path).expanduser().resolve())
+    job = defs.resolve_job_def("refresh")
+    with dg.DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            instance=instance,
+            run_config={
+                "resources": {"rewardhouse": {"config": config}},
+                # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
+                "loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}},
+            },
+            raise_on_error=False,
+        )
+    if not result.success:
+        for line in _failure_messages(result) or ["the run failed; see the Dagster UI (make dev) for the event log"]:
+            print(f"rewardhouse: {line}", file=sys.stderr)
+        print(f"run {result.run_id} failed (Dagster home {home})", file=sys.stderr)
+        return 1
+
+    md = {}
+    for mat in result.asset_materializations_for_node("warehouse_release"):
+        md = {k: v.value for k, v in mat.metadata.items()}
+    status = "published" if md.get("published") else "unchanged (no new release)"
+    print(f"release {md.get('release_id')}: {status}")
+    print(f"warehouse: {layout.warehouse}")
+    print("try:")
+    print(f'  rewardhouse sql "{EXAMPLE_SQL}"')
+    print(f"  duckdb -readonly {layout.warehouse} \"{EXAMPLE_SQL}\"")
+    return 0
+
+
+def _connect_readonly(layout: Layout):
+    import duckdb
+
+    if not layout.warehouse.is_file():
+        raise FileNotFoundError(f"no warehouse at {layout.warehouse}; run `rewardhouse run` first")
+    return duckdb.connect(str(layout.warehouse), read_only=True)
+
+
+def cmd_releases(args) -> int:
+    from warehouse.store import ReleaseStore
+
+    layout = Layout()
+    store = ReleaseStore(layout.releases)
+    manifests = store.list()
+    if not manifests:
+        print(f"no releases under {layout.releases}; run `rewardhouse run` first")
+        return 0
+    current = store.current()
+    for m in manifests:
+        mark = "*" if m.release_id == current else " "
+        counts = ", ".join(f"{t}={n}" for t, n in sorted(m.row_counts.items()))
+        print(f"{mark} {m.release_id}  {m.created_at}  {counts}")
+    return 0
+
+
+def cmd_sql(args) -> int:
+    import duckdb
+
+    try:
+        con = _connect_readonly(Layout())
+    except FileNotFoundError as exc:
+        return _fail(str(exc))
+    try:
+        with con:
+            rel = con.sql(args.query)
+            if rel is None:
+                return 0
+            columns, rows = rel.columns, rel.fetchall()
+    except duckdb.Error as exc:
+        return _fail(f"query failed: {str(exc).splitlines()[0]}", 2)
+    print(format_rows(columns, rows, fmt=args.format))
+    return 0
+
+
+def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> str:
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    cells = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = lambda vals: " | ".join(v.ljust(w) for v, w in zip(vals, widths))  # noqa: E731
+    out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def cmd_score(args) -> int:
+    import duckdb
+
+    from pipeline.mmrb2.scoring import JudgementFileError, format_report, load_judgements, score
+
+    try:
+        judgements = load_judgements([Path(f) for f in args.files])
+    except JudgementFileError as exc:
+        return _fail(str(exc), 2)
+    try:
+        with _connect_readonly(Layout()) as con:
+            truth = con.execute("select pair_id, task, chosen from mmrb2_pairs order by task, pair_id").fetchall()
+    except (FileNotFoundError, duckdb.Error) as exc:
+        return _fail(str(exc).splitlines()[0])
+    scores, unknown = score(truth, judgements)
+    if not scores:
+        return _fail("none of the judged pair ids is in the benchmark", 2)
+    print(format_report(scores, unknown))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rewardhouse", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="materialize every asset and publish a release")
+    run.add_argument("--source", choices=("sample", "local", "hf"), default=os.environ.get("REWARDHOUSE_SOURCE", "sample"))
+    run.add_argument("--path", help="for --source local: a folder mirroring the upstream layout")
+    run.add_argument("-v", "--verbose", action="store_true", help="stream Dagster's event log to the terminal")
+    run.set_defaults(func=cmd_run)
+
+    rel = sub.add_parser("releases", help="list releases, newest first, with row counts")
+    rel.set_defaults(func=cmd_releases)
+
+    sql = sub.add_parser("sql", help="run a read-only SQL query on the warehouse")
+    sql.add_argument("query")
+    sql.add_argument("--format", choices=("table", "csv"), default="table")
+    sql.set_defaults(func=cmd_sql)
+
+    sc = sub.add_parser("score", help="score judge outputs (official judgement format) against the benchmark")
+    sc.add_argument("files", nargs="+")
+    sc.set_defaults(func=cmd_score)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

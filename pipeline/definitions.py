@@ -1,0 +1,22 @@
+"""The Dagster code location: `dagster dev` and `dagster definitions validate` find it via pyproject."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets import mmrb2, release
+from checks import mmrb2 as mmrb2_checks
+from pipeline.resources import default_resource
+
+all_assets = dg.load_assets_from_modules([mmrb2, release])
+all_checks = dg.load_asset_checks_from_modules([mmrb2_checks])
+
+# The main job: every asset, raw to release. `rewardhouse run` and `make run` execute it.
+refresh_job = dg.define_asset_job("refresh", selection=dg.AssetSelection.all(), description="Raw → staged → release, all datasets.")
+
+defs = dg.Definitions(
+    assets=all_assets,
+    asset_checks=all_checks,
+    jobs=[refresh_job],
+    resources={"rewardhouse": default_resource()},
+)

@@ -1,0 +1,105 @@
+"""Inventory the images an MMRB2 release references: checksum, size, dimensions, decode status."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+from PIL import Image
+
+from pipeline.quarantine import Rejection
+from pipeline.settings import ZipLimits
+from pipeline.zipread import iter_entries, scan_zip
+
+DATASET = "mmrb2"
+
+IMAGES_SCHEMA = pa.schema(
+    [
+        ("image_name", pa.string()),
+        ("sha256", pa.string()),
+        ("bytes", pa.int64()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("format", pa.string()),
+        ("status", pa.string()),  # ok | corrupt | missing
+        ("referenced", pa.bool_()),
+        ("zip_entry", pa.string()),
+    ]
+)
+
+
+def inspect_image(data: bytes) -> tuple[int | None, int | None, str | None, str | None]:
+    """(width, height, format, problem): decode fully, so a truncated file is caught."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                size, fmt = im.size, im.format
+                im.load()
+        return size[0], size[1], fmt, None
+    except Exception as exc:  # Pillow raises many types for bad bytes; all mean "corrupt"
+        return None, None, None, f"{type(exc).__name__}: {exc}"
+
+
+def _lookup_names(name: str) -> tuple[str, ...]:
+    # Prompt images may be referenced with a folder (`synthetic_images/x.jpg`) yet stored flat.
+    base = PurePosixPath(name).name
+    return (name,) if base == name else (name, base)
+
+
+def inventory_images(zip_path: Path | None, referenced: set[str], limits: ZipLimits) -> tuple[pa.Table, list[Rejection]]:
+    rejected: list[Rejection] = []
+    rows: dict[str, dict] = {}
+    if zip_path is None:
+        scan_entries, refused, archive_error = {}, [], "no image archive"
+    else:
+        scan = scan_zip(zip_path, limits)
+        scan_entries, refused, archive_error = scan.entries, scan.refused, scan.archive_error
+    if archive_error:
+        rejected.append(Rejection(DATASET, "unpack", str(zip_path.name if zip_path else "-"), archive_error))
+    for entry, reason in refused:
+        rejected.append(Rejection(DATASET, "unpack", entry, reason))
+
+    # Which archive entry answers each referenced name.
+    wanted: dict[str, str] = {}
+    for name in referenced:
+        hit = next((n for n in _lookup_names(name) if n in scan_entries), None)
+        if hit is not None:
+            wanted.setdefault(hit, name)
+    infos = list(scan_entries.values())
+    if infos:
+        for info, data, error in iter_entries(zip_path, infos, limits):
+            stored = info.filename
+            key = stored[len("images/"):] if stored.startswith("images/") else stored
+            name = wanted.get(key, key)
+            row = {
+                "image_name": name,
+                "sha256": None,
+                "bytes": info.file_size,
+                "width": None,
+                "height": None,
+                "format": None,
+                "status": "corrupt",
+                "referenced": key in wanted,
+                "zip_entry": stored,
+            }
+            if error is None:
+                row["sha256"] = hashlib.sha256(data).hexdigest()
+                row["bytes"] = len(data)
+                row["width"], row["height"], row["format"], error = inspect_image(data)
+            if error is None:
+                row["status"] = "ok"
+            else:
+                rejected.append(Rejection(DATASET, "decode", name, error))
+            rows[name] = row
+    for name in sorted(referenced - rows.keys()):
+        rows[name] = {
+            "image_name": name, "sha256": None, "bytes": None, "width": None, "height": None,
+            "format": None, "status": "missing", "referenced": True, "zip_entry": None,
+        }
+        rejected.append(Rejection(DATASET, "resolve", name, "referenced image not found in the archive"))
+    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["image_name"]), schema=IMAGES_SCHEMA)
+    return table, rejected

@@ -1,0 +1,206 @@
+"""MMRB2 annotation files → pairs, response items and prompt items (plain Python, no Dagster).
+
+The upstream files are `{"pairs": [...]}` with a pair per judgement task; see ../shared/SOURCES.md.
+Anything that does not fit the known shape becomes a Rejection, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.quarantine import Rejection
+
+DATASET = "mmrb2"
+SIDES = (("A", "response_a"), ("B", "response_b"))
+
+PAIRS_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("task", pa.string()),
+        ("prompt_source", pa.string()),
+        ("prompt_metadata", pa.string()),
+        ("model_a", pa.string()),
+        ("model_b", pa.string()),
+        ("chosen", pa.string()),
+        ("human_annotations", pa.string()),
+        ("n_images_a", pa.int32()),
+        ("n_images_b", pa.int32()),
+        ("n_texts_a", pa.int32()),
+        ("n_texts_b", pa.int32()),
+        ("has_prompt_content", pa.bool_()),
+    ]
+)
+
+ITEMS_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("side", pa.string()),
+        ("position", pa.int32()),
+        ("kind", pa.string()),
+        ("text", pa.string()),
+        ("image_name", pa.string()),
+    ]
+)
+
+PROMPT_ITEMS_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.string()),
+        ("position", pa.int32()),
+        ("kind", pa.string()),
+        ("text", pa.string()),
+        ("image_name", pa.string()),
+    ]
+)
+
+
+def _json_text(value) -> str:
+    # Types are preserved (an int id stays an int, a list category stays a list).
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+@dataclass
+class ParsedMMRB2:
+    pairs: list[dict] = field(default_factory=list)
+    items: list[dict] = field(default_factory=list)
+    prompt_items: list[dict] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {
+            "mmrb2_pairs": pa.Table.from_pylist(self.pairs, schema=PAIRS_SCHEMA),
+            "mmrb2_response_items": pa.Table.from_pylist(self.items, schema=ITEMS_SCHEMA),
+            "mmrb2_prompt_items": pa.Table.from_pylist(self.prompt_items, schema=PROMPT_ITEMS_SCHEMA),
+        }
+
+    def referenced_images(self) -> set[str]:
+        names = {i["image_name"] for i in self.items if i["image_name"] is not None}
+        names |= {i["image_name"] for i in self.prompt_items if i["image_name"] is not None}
+        return names
+
+
+def _load_pairs(path: Path, stage: str, out: ParsedMMRB2) -> list | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        out.rejected.append(Rejection(DATASET, stage, path.name, f"unreadable JSON: {exc}"))
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("pairs"), list):
+        out.rejected.append(Rejection(DATASET, stage, path.name, 'expected an object with a "pairs" list'))
+        return None
+    return doc["pairs"]
+
+
+def _content_items(content, key: str) -> tuple[list[tuple[str, str]], str | None]:
+    """Validate a `[[kind, value], ...]` list; return the items or the reason it is malformed."""
+    if not isinstance(content, list):
+        return [], f"{key} is not a list"
+    items = []
+    for pos, item in enumerate(content):
+        if not (isinstance(item, (list, tuple)) and len(item) == 2):
+            return [], f"{key}[{pos}] is not a [kind, value] pair"
+        kind, value = item
+        if kind not in ("text", "image"):
+            return [], f"{key}[{pos}] has unknown kind {kind!r}"
+        if not isinstance(value, str) or (kind == "image" and not value):
+            return [], f"{key}[{pos}] {kind} value is not a non-empty string"
+        items.append((kind, value))
+    return items, None
+
+
+def _parse_pair(pair, task: str) -> tuple[dict | None, list[dict], str | None]:
+    if not isinstance(pair, dict):
+        return None, [], "pair is not an object"
+    pair_id = pair.get("id")
+    if not isinstance(pair_id, str) or not pair_id:
+        return None, [], "missing or non-string id"
+    if pair.get("chosen") not in ("A", "B"):
+        return None, [], f"chosen is {pair.get('chosen')!r}, expected 'A' or 'B'"
+    row = {
+        "pair_id": pair_id,
+        "task": task,
+        "prompt_source": pair.get("prompt_source") if isinstance(pair.get("prompt_source"), str) else None,
+        "prompt_metadata": _json_text(pair.get("prompt_metadata")),
+        "chosen": pair["chosen"],
+        "human_annotations": _json_text(pair.get("human_annotations")),
+        "has_prompt_content": False,
+    }
+    items = []
+    for side, key in SIDES:
+        response = pair.get(key)
+        if not isinstance(response, dict):
+            return None, [], f"{key} is not an object"
+        model = response.get("model_name")
+        content, problem = _content_items(response.get("response_content"), f"{key}.response_content")
+        if problem:
+            return None, [], problem
+        row[f"model_{side.lower()}"] = model if isinstance(model, str) else None
+        row[f"n_images_{side.lower()}"] = sum(k == "image" for k, _ in content)
+        row[f"n_texts_{side.lower()}"] = sum(k == "text" for k, _ in content)
+        for pos, (kind, value) in enumerate(content):
+            items.append(
+                {
+                    "pair_id": pair_id,
+                    "side": side,
+                    "position": pos,
+                    "kind": kind,
+                    "text": value if kind == "text" else None,
+                    "image_name": value if kind == "image" else None,
+                }
+            )
+    return row, items, None
+
+
+def parse_mmrb2(annotation_files: dict[str, Path], new_task_file: Path | None = None) -> ParsedMMRB2:
+    """Parse the per-task `*_response_only.json` files (and optional `new_task_release.json`)."""
+    out = ParsedMMRB2()
+    seen: dict[str, str] = {}
+    for task, path in annotation_files.items():
+        pairs = _load_pairs(path, "parse", out)
+        for index, pair in enumerate(pairs or []):
+            row, items, problem = _parse_pair(pair, task)
+            key = row["pair_id"] if row else f"{path.name}#{index}"
+            if problem is None and key in seen:
+                problem = f"duplicate pair id (first seen in task {seen[key]})"
+            if problem:
+                out.rejected.append(Rejection(DATASET, "parse", key, problem))
+                continue
+            seen[key] = task
+            out.pairs.append(row)
+            out.items.extend(items)
+    if new_task_file is not None:
+        _parse_prompts(new_task_file, out)
+    return out
+
+
+def _parse_prompts(path: Path, out: ParsedMMRB2) -> None:
+    """`new_task_release.json` carries prompt content (text + prompt images) for some edit pairs."""
+    by_id = {row["pair_id"]: row for row in out.pairs}
+    for index, entry in enumerate(_load_pairs(path, "parse_prompts", out) or []):
+        pair_id = entry.get("pair_id") if isinstance(entry, dict) else None
+        key = pair_id if isinstance(pair_id, str) else f"{path.name}#{index}"
+        if not isinstance(pair_id, str):
+            out.rejected.append(Rejection(DATASET, "parse_prompts", key, "missing or non-string pair_id"))
+            continue
+        content, problem = _content_items(entry.get("prompt_content"), "prompt_content")
+        if problem is None and pair_id not in by_id:
+            problem = "prompt for a pair that is not in the annotation files"
+        if problem is None and by_id[pair_id]["has_prompt_content"]:
+            problem = "duplicate prompt entry"
+        if problem:
+            out.rejected.append(Rejection(DATASET, "parse_prompts", key, problem))
+            continue
+        by_id[pair_id]["has_prompt_content"] = True
+        for pos, (kind, value) in enumerate(content):
+            out.prompt_items.append(
+                {
+                    "pair_id": pair_id,
+                    "position": pos,
+                    "kind": kind,
+                    "text": value if kind == "text" else None,
+                    "image_name": value if kind == "image" else None,
+                }
+            )

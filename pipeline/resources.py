@@ -1,0 +1,35 @@
+"""The one resource assets use: where the data root is and which source to read."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import dagster as dg
+
+from pipeline.settings import Layout, Settings
+
+
+class RewardhouseResource(dg.ConfigurableResource):
+    """Source selection and data root. Defaults come from the environment so the UI, the
+    schedule and the CLI agree: REWARDHOUSE_SOURCE, REWARDHOUSE_LOCAL_PATH, REWARDHOUSE_HOME."""
+
+    source: str = "sample"
+    local_path: Optional[str] = None
+    home: Optional[str] = None
+    keep_releases: int = 0
+
+    def settings(self) -> Settings:
+        return Settings(source=self.source, local_path=self.local_path, keep_releases=self.keep_releases)
+
+    def layout(self) -> Layout:
+        return Layout(Path(self.home) if self.home else None)
+
+
+def default_resource() -> RewardhouseResource:
+    return RewardhouseResource(
+        source=os.environ.get("REWARDHOUSE_SOURCE", "sample"),
+        local_path=os.environ.get("REWARDHOUSE_LOCAL_PATH") or None,
+        home=os.environ.get("REWARDHOUSE_HOME") or None,
+    )

@@ -1,0 +1,82 @@
+"""Where state lives and the knobs that change what a release contains.
+
+Plain Python: no Dagster import, so the CLI, tests and assets share one source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# Bump when the meaning or shape of a published table changes: it is part of the release id.
+TRANSFORM_VERSION = "mmrb2-1"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Upstream pins. The annotation commit is the one the issue and ../shared/SOURCES.md name.
+MMRB2_IMAGE_REPO = "facebook/MMRB2_image"
+MMRB2_ANNOTATION_REPO = "facebookresearch/MMRB2"
+MMRB2_ANNOTATION_COMMIT = "7ff0552cf298441af5ebbabea634b682ef04afee"
+MMRB2_TASKS = ("t2i", "edit", "interleaved", "reasoning")
+MMRB2_IMAGE_ZIP_NAMES = ("image.zip", "images.zip")
+
+
+def data_root() -> Path:
+    """`REWARDHOUSE_HOME`, else `data/` at the repository root; always absolute."""
+    env = os.environ.get("REWARDHOUSE_HOME")
+    root = Path(env).expanduser() if env else REPO_ROOT / "data"
+    return root.resolve()
+
+
+@dataclass(frozen=True)
+class ZipLimits:
+    """Bounds that make a zip 'absurd'. Real MMRB2 JPEGs are well under 20 MB and barely compress."""
+
+    max_entry_bytes: int = 64 * 1024 * 1024
+    max_total_bytes: int = 64 * 1024 * 1024 * 1024
+    max_entry_ratio: float = 200.0  # uncompressed / compressed, for entries above ratio_floor_bytes
+    ratio_floor_bytes: int = 1024 * 1024
+    max_entries: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class Settings:
+    source: str = "sample"  # sample | local | hf
+    local_path: str | None = None
+    zip_limits: ZipLimits = field(default_factory=ZipLimits)
+    keep_releases: int = 0  # 0 keeps every release queryable
+
+    def fingerprint(self) -> dict:
+        """Settings that change table content, and so belong in the release id."""
+        return {"zip_limits": asdict(self.zip_limits)}
+
+
+class Layout:
+    """Every path under the data root, in one place."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = (root or data_root()).resolve()
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw"
+
+    def raw_source(self, source: str) -> Path:
+        return self.raw / source
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def releases(self) -> Path:
+        return self.root / "releases"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / "warehouse.duckdb"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster"

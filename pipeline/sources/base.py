@@ -1,0 +1,166 @@
+"""The raw-source interface: every source leaves files in the upstream layout and says what it left.
+
+Upstream layout under a source root (identical for sample, local and hf):
+
+    {root}/facebook/MMRB2_image/image.zip            (or images.zip)
+    {root}/facebookresearch/MMRB2/benchmark/{t2i,edit,interleaved,reasoning}_response_only.json
+    {root}/facebookresearch/MMRB2/benchmark/new_task_release.json   (optional)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pipeline.settings import (
+    MMRB2_ANNOTATION_REPO,
+    MMRB2_IMAGE_REPO,
+    MMRB2_IMAGE_ZIP_NAMES,
+    MMRB2_TASKS,
+)
+
+ANNOTATION_DIR = Path(MMRB2_ANNOTATION_REPO) / "benchmark"
+IMAGE_DIR = Path(MMRB2_IMAGE_REPO)
+NEW_TASK_FILE = "new_task_release.json"
+
+
+class SourceError(RuntimeError):
+    """A source cannot deliver its files; the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class RawFile:
+    role: str  # "image_zip", "annotations:<task>", "new_task_release"
+    path: str  # absolute path on disk
+    sha256: str
+    size: int
+    origin: str  # where it came from: a URL, repo@revision/path, or a local path
+
+
+@dataclass(frozen=True)
+class RawSnapshot:
+    source: str
+    root: str
+    files: tuple[RawFile, ...]
+    revisions: dict = field(default_factory=dict)
+
+    def path(self, role: str) -> Path | None:
+        for f in self.files:
+            if f.role == role:
+                return Path(f.path)
+        return None
+
+    @property
+    def image_zip(self) -> Path | None:
+        return self.path("image_zip")
+
+    def annotations(self) -> dict[str, Path]:
+        return {t: p for t in MMRB2_TASKS if (p := self.path(f"annotations:{t}")) is not None}
+
+    def checksums(self) -> dict[str, str]:
+        return {f.role: f.sha256 for f in self.files}
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.source,
+            "root": self.root,
+            "revisions": dict(self.revisions),
+            "files": [asdict(f) for f in self.files],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RawSnapshot":
+        return cls(
+            source=d["source"],
+            root=d["root"],
+            files=tuple(RawFile(**f) for f in d["files"]),
+            revisions=dict(d.get("revisions", {})),
+        )
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+class ChecksumCache:
+    """Remembers sha256 by (path, size, mtime_ns) so a 2 GB zip is hashed once, not every run."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._entries = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self._entries = {}
+
+    def sha256(self, file: Path) -> str:
+        st = file.stat()
+        key = str(file.resolve())
+        stamp = [st.st_size, st.st_mtime_ns]
+        hit = self._entries.get(key)
+        if hit and hit[:2] == stamp:
+            return hit[2]
+        digest = sha256_file(file)
+        self._entries[key] = [*stamp, digest]
+        return digest
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._entries, indent=0, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+def find_image_zip(root: Path) -> Path | None:
+    for name in MMRB2_IMAGE_ZIP_NAMES:
+        p = root / IMAGE_DIR / name
+        if p.is_file():
+            return p
+    return None
+
+
+def snapshot_from_layout(
+    root: Path,
+    source: str,
+    cache: ChecksumCache,
+    origins: dict[str, str] | None = None,
+    revisions: dict | None = None,
+) -> RawSnapshot:
+    """Inventory a folder in the upstream layout; missing required files raise SourceError."""
+    root = root.resolve()
+    origins = origins or {}
+    wanted: list[tuple[str, Path | None, bool]] = [("image_zip", find_image_zip(root), True)]
+    for task in MMRB2_TASKS:
+        wanted.append((f"annotations:{task}", root / ANNOTATION_DIR / f"{task}_response_only.json", True))
+    wanted.append(("new_task_release", root / ANNOTATION_DIR / NEW_TASK_FILE, False))
+
+    files, missing = [], []
+    for role, path, required in wanted:
+        if path is None or not path.is_file():
+            if required:
+                missing.append(role)
+            continue
+        files.append(
+            RawFile(
+                role=role,
+                path=str(path),
+                sha256=cache.sha256(path),
+                size=path.stat().st_size,
+                origin=origins.get(role, str(path)),
+            )
+        )
+    cache.save()
+    if missing:
+        expect = {
+            "image_zip": f"{IMAGE_DIR}/image.zip (or images.zip)",
+            **{f"annotations:{t}": f"{ANNOTATION_DIR}/{t}_response_only.json" for t in MMRB2_TASKS},
+        }
+        lines = ", ".join(expect[m] for m in missing)
+        raise SourceError(f"{source} source at {root} is missing: {lines}")
+    return RawSnapshot(source=source, root=str(root), files=tuple(files), revisions=dict(revisions or {}))

@@ -1,0 +1,27 @@
+"""Staged tables: Parquet files between assets, keyed by the input they were built from."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def write_staged(directory: Path, tables: dict[str, pa.Table]) -> dict[str, str]:
+    """Write each table atomically (tmp + rename) and return {table: path}."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, table in tables.items():
+        final = directory / f"{name}.parquet"
+        tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.parquet"
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, final)
+        paths[name] = str(final)
+    return paths
+
+
+def read_staged(paths: dict[str, str]) -> dict[str, pa.Table]:
+    return {name: pq.read_table(path) for name, path in paths.items()}

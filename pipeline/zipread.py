@@ -1,0 +1,114 @@
+"""Read images straight out of a zip: streaming, bounded, and refusing hostile entries.
+
+Nothing is extracted to disk. Each entry is read on its own through the zip's central directory,
+with a hard cap on the bytes it may inflate to, so memory stays bounded by one image.
+"""
+
+from __future__ import annotations
+
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Iterator
+
+from pipeline.settings import ZipLimits
+
+IMAGE_PREFIX = "images/"
+
+
+class EntryTooLarge(Exception):
+    pass
+
+
+@dataclass
+class ZipScan:
+    """The usable entries of an archive by image name, and the entries (or archive) refused."""
+
+    entries: dict[str, zipfile.ZipInfo] = field(default_factory=dict)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (entry name, reason)
+    archive_error: str | None = None
+
+
+def entry_problem(info: zipfile.ZipInfo, limits: ZipLimits) -> str | None:
+    """Why an entry must not be read, or None."""
+    name = info.filename
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "absolute path in archive"
+    parts = name.replace("\\", "/").split("/")
+    if ".." in parts:
+        return "path escapes the archive root ('..')"
+    if stat.S_ISLNK(info.external_attr >> 16):
+        return "symlink entry"
+    if info.flag_bits & 0x1:
+        return "encrypted entry"
+    if info.file_size > limits.max_entry_bytes:
+        return f"uncompressed size {info.file_size} bytes exceeds the {limits.max_entry_bytes}-byte limit"
+    if info.file_size > limits.ratio_floor_bytes and info.file_size > limits.max_entry_ratio * max(info.compress_size, 1):
+        return f"compression ratio {info.file_size / max(info.compress_size, 1):.0f}:1 exceeds {limits.max_entry_ratio:.0f}:1"
+    return None
+
+
+def image_name(entry_name: str) -> str:
+    """Entries sit under `images/` upstream; a flat layout is accepted too."""
+    return entry_name[len(IMAGE_PREFIX):] if entry_name.startswith(IMAGE_PREFIX) else entry_name
+
+
+def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
+    scan = ZipScan()
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        scan.archive_error = f"unreadable archive: {exc}"
+        return scan
+    if len(infos) > limits.max_entries:
+        scan.archive_error = f"{len(infos)} entries exceed the {limits.max_entries}-entry limit"
+        return scan
+    total = sum(i.file_size for i in infos)
+    if total > limits.max_total_bytes:
+        scan.archive_error = f"total uncompressed size {total} bytes exceeds the {limits.max_total_bytes}-byte limit"
+        return scan
+    for info in infos:
+        if info.is_dir():
+            continue
+        problem = entry_problem(info, limits)
+        name = image_name(info.filename)
+        if problem is None and name in scan.entries:
+            problem = f"duplicate entry for image {name!r}"
+        if problem:
+            scan.refused.append((info.filename, problem))
+            continue
+        scan.entries[name] = info
+    return scan
+
+
+def read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limits: ZipLimits, chunk: int = 1 << 16) -> bytes:
+    """Inflate one entry, never past the declared size or the limit (a lying header is caught)."""
+    cap = min(info.file_size, limits.max_entry_bytes)
+    parts, got = [], 0
+    with zf.open(info) as fh:
+        while block := fh.read(chunk):
+            got += len(block)
+            if got > cap:
+                raise EntryTooLarge(f"entry inflates past {cap} bytes")
+            parts.append(block)
+    return b"".join(parts)
+
+
+def iter_entries(
+    path: Path, infos: list[zipfile.ZipInfo], limits: ZipLimits
+) -> Iterator[tuple[zipfile.ZipInfo, bytes | None, str | None]]:
+    """Yield (info, data, error) in archive order, so the file is read front to back."""
+    with zipfile.ZipFile(path) as zf:
+        for info in sorted(infos, key=lambda i: i.header_offset):
+            try:
+                yield info, read_entry(zf, info, limits), None
+            except (EntryTooLarge, zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
+                yield info, None, f"unreadable entry: {exc}"
+
+
+def is_within(root: Path, name: str) -> bool:
+    """True when joining `name` under `root` stays inside it (used before any extraction)."""
+    target = (root / PurePosixPath(name)).resolve()
+    return target == root.resolve() or root.resolve() in target.parents

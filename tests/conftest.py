@@ -1,0 +1,70 @@
+"""Shared fixtures: the real upstream annotation files (../shared) and mirrors built from them."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mmrb2"
+TASKS = ("t2i", "edit", "interleaved", "reasoning")
+
+
+def shared_mmrb2() -> Path:
+    if not (SHARED / "t2i_response_only.json").is_file():
+        pytest.skip(f"real MMRB2 annotation files not found at {SHARED}")
+    return SHARED
+
+
+def stand_in_jpeg(seed: int) -> bytes:
+    """A tiny real JPEG; a few variants so sha256s are not all equal."""
+    im = Image.new("RGB", (16, 12), ((seed * 37) % 256, (seed * 91) % 256, (seed * 53) % 256))
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=70)
+    return buf.getvalue()
+
+
+def response_image_names(root: Path) -> list[str]:
+    names = []
+    for task in TASKS:
+        for pair in json.loads((root / f"{task}_response_only.json").read_text())["pairs"]:
+            for side in ("response_a", "response_b"):
+                names += [v for k, v in pair[side]["response_content"] if k == "image"]
+    return names
+
+
+def build_local_mirror(dest: Path, *, with_new_task: bool = False, zip_name: str = "image.zip") -> Path:
+    """DIR/facebook/MMRB2_image/<zip> + DIR/facebookresearch/MMRB2/benchmark/*.json from the real files."""
+    src = shared_mmrb2()
+    bench = dest / "facebookresearch" / "MMRB2" / "benchmark"
+    bench.mkdir(parents=True)
+    for task in TASKS:
+        shutil.copyfile(src / f"{task}_response_only.json", bench / f"{task}_response_only.json")
+    if with_new_task:
+        shutil.copyfile(src / "new_task_release.json", bench / "new_task_release.json")
+    variants = [stand_in_jpeg(i) for i in range(8)]
+    zdir = dest / "facebook" / "MMRB2_image"
+    zdir.mkdir(parents=True)
+    with zipfile.ZipFile(zdir / zip_name, "w", zipfile.ZIP_STORED) as zf:
+        for i, name in enumerate(response_image_names(src)):
+            zf.writestr(f"images/{name}", variants[i % len(variants)])
+    return dest
+
+
+@pytest.fixture(scope="session")
+def real_mirror(tmp_path_factory) -> Path:
+    return build_local_mirror(tmp_path_factory.mktemp("mirror"))
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """An isolated data root (and Dagster home) for one test."""
+    root = tmp_path / "home"
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(root))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    return root
