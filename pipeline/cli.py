@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline.settings import REPO_ROOT, Layout
+from pipeline.settings import MMRB2_TASKS, REPO_ROOT, Layout
 
 EXAMPLE_SQL = "select task, count(*) as pairs, round(avg((chosen = 'A')::int) * 100, 1) as chosen_a_pct from mmrb2_pairs group by task order by task"
 
@@ -155,9 +155,11 @@ def cmd_score(args) -> int:
         return _fail(str(exc), 2)
     try:
         with _connect_readonly(Layout()) as con:
-            truth = con.execute("select pair_id, task, chosen from mmrb2_pairs order by task, pair_id").fetchall()
+            truth = con.execute("select pair_id, task, chosen from mmrb2_pairs").fetchall()
     except (FileNotFoundError, duckdb.Error) as exc:
         return _fail(str(exc).splitlines()[0])
+    order = {task: i for i, task in enumerate(MMRB2_TASKS)}
+    truth.sort(key=lambda row: (order.get(row[1], len(order)), row[1]))
     scores, unknown = score(truth, judgements)
     if not scores:
         return _fail("none of the judged pair ids is in the benchmark", 2)

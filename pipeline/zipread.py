@@ -69,6 +69,12 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
     if total > limits.max_total_bytes:
         scan.archive_error = f"total uncompressed size {total} bytes exceeds the {limits.max_total_bytes}-byte limit"
         return scan
+    archive_bytes = max(path.stat().st_size, 1)
+    if total > limits.ratio_floor_bytes and total > limits.max_entry_ratio * archive_bytes:
+        scan.archive_error = (
+            f"archive inflates {total / archive_bytes:.0f}:1 (limit {limits.max_entry_ratio:.0f}:1): refusing a zip bomb"
+        )
+        return scan
     for info in infos:
         if info.is_dir():
             continue

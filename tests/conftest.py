@@ -66,5 +66,5 @@ def home(tmp_path, monkeypatch) -> Path:
     """An isolated data root (and Dagster home) for one test."""
     root = tmp_path / "home"
     monkeypatch.setenv("REWARDHOUSE_HOME", str(root))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
     return root

@@ -162,7 +162,8 @@ def parse_mmrb2(annotation_files: dict[str, Path], new_task_file: Path | None = 
         pairs = _load_pairs(path, "parse", out)
         for index, pair in enumerate(pairs or []):
             row, items, problem = _parse_pair(pair, task)
-            key = row["pair_id"] if row else f"{path.name}#{index}"
+            raw_id = pair.get("id") if isinstance(pair, dict) else None
+            key = raw_id if isinstance(raw_id, str) and raw_id else f"{path.name}#{index}"
             if problem is None and key in seen:
                 problem = f"duplicate pair id (first seen in task {seen[key]})"
             if problem:

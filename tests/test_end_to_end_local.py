@@ -1,0 +1,74 @@
+"""The `local` source on the real annotation files, through Dagster and the CLI, into DuckDB."""
+
+import duckdb
+import pytest
+
+from conftest import SHARED
+from pipeline.cli import main
+
+JUDGEMENTS = sorted((SHARED / "judgements").glob("sample_task*.json"))
+
+
+@pytest.fixture(scope="module")
+def published(real_mirror, tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("REWARDHOUSE_HOME", str(root))
+    mp.setenv("DAGSTER_HOME", str(root / "dagster"))
+    assert main(["run", "--source", "local", "--path", str(real_mirror)]) == 0
+    yield root
+    mp.undo()
+
+
+def q(root, sql):
+    with duckdb.connect(str(root / "warehouse.duckdb"), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_pairs_are_4000_unique_1000_per_task_with_upstream_a_shares(published):
+    assert q(published, "select count(*), count(distinct pair_id) from mmrb2_pairs") == [(4000, 4000)]
+    rows = q(published, "select task, count(*), round(avg((chosen='A')::int) * 100, 1) from mmrb2_pairs group by 1 order by 1")
+    assert rows == [("edit", 1000, 55.5), ("interleaved", 1000, 57.5), ("reasoning", 1000, 47.5), ("t2i", 1000, 53.2)]
+
+
+def test_14017_image_items_all_resolved_with_names_intact(published):
+    assert q(published, "select count(*) from mmrb2_response_items where kind = 'image'") == [(14017,)]
+    assert q(published, "select status, count(*) from mmrb2_images group by 1") == [("ok", 14017)]
+    spaced = q(published, "select count(*) from mmrb2_images where image_name like '% %' and sha256 is not null")
+    assert spaced[0][0] > 0
+    assert q(published, "select count(*) from quarantine") == [(0,)]
+
+
+def test_rerun_on_unchanged_input_publishes_nothing(published, real_mirror, capsys, monkeypatch):
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(published))
+    monkeypatch.setenv("DAGSTER_HOME", str(published / "dagster"))
+    before = q(published, "select release_id from releases")
+    assert main(["run", "--source", "local", "--path", str(real_mirror)]) == 0
+    assert "unchanged (no new release)" in capsys.readouterr().out
+    assert q(published, "select release_id from releases") == before and len(before) == 1
+    assert len([p for p in (published / "releases").iterdir() if not p.name.startswith(".")]) == 2  # release + CURRENT
+
+
+def test_score_reproduces_upstream_sample_figures(published, capsys, monkeypatch):
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(published))
+    assert main(["score", *map(str, JUDGEMENTS)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    got = {line.split()[0]: line.split()[1] for line in lines[1:]}
+    assert got == {"t2i": "53.20%", "edit": "55.50%", "interleaved": "57.50%", "reasoning": "47.50%", "overall": "53.42%"}
+
+
+def test_sql_is_read_only_and_releases_lists_counts(published, capsys, monkeypatch):
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(published))
+    assert main(["sql", "create table evil as select 1"]) == 2
+    assert "read-only" in capsys.readouterr().err
+    assert main(["sql", "select count(*) as n from mmrb2_pairs", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.strip() == "n\n4000"
+    assert main(["releases"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("* ") and "mmrb2_pairs=4000" in out and "mmrb2_images=14017" in out
+
+
+def test_local_source_with_a_bad_path_fails_with_a_clear_message(home, capsys, tmp_path):
+    assert main(["run", "--source", "local", "--path", str(tmp_path / "nope")]) == 1
+    err = capsys.readouterr().err
+    assert "is not a directory" in err and "Traceback" not in err
