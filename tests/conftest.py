@@ -9,7 +9,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from huggingface_hub import constants as hf_constants
 from PIL import Image
+
+from hf_server import FakeHub
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mmrb2"
 TASKS = ("t2i", "edit", "interleaved", "reasoning")
@@ -68,3 +71,25 @@ def home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("REWARDHOUSE_HOME", str(root))
     monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
     return root
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A started FakeHub, with huggingface_hub's env and globals pointed at it and at tmp_path."""
+    hf_home = tmp_path / "hf_home"
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    # huggingface_hub reads these at import time, so the env alone is not enough.
+    monkeypatch.setattr(hf_constants, "HF_HOME", str(hf_home))
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(hf_home / "hub"))
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(hf_home / "token"))
+    monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(hf_home / "stored_tokens"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("pipeline.sources.hf.RETRY_PAUSE", 0)
+    with FakeHub() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server

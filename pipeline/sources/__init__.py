@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -26,5 +27,8 @@ def fetch(settings: Settings, layout: Layout, log: Callable[[str], None] = lambd
     if settings.source == "hf":
         from pipeline.sources.hf import fetch_hf
 
-        return fetch_hf(layout.raw_source("hf"), cache, log=log)
+        # HF_ENDPOINT / HF_TOKEN as huggingface_hub reads them; the raw-file host can be redirected
+        # too (a mirror, or a loopback server in tests).
+        base = os.environ.get("REWARDHOUSE_GITHUB_RAW", "https://raw.githubusercontent.com")
+        return fetch_hf(layout.raw_source("hf"), cache, github_raw_base=base, log=log)
     raise SourceError(f"unknown source {settings.source!r}; choose one of {', '.join(SOURCES)}")
