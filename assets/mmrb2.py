@@ -53,18 +53,22 @@ def mmrb2_annotations(rewardhouse: RewardhouseResource, mmrb2_raw: dict) -> dg.O
     out = rewardhouse.layout().staging / "mmrb2_annotations" / _staging_key(snapshot)
     paths = write_staged(out, tables)
     return dg.Output(
-        {"tables": paths, "referenced_images": sorted(parsed.referenced_images())},
+        {"tables": paths, "response_images": sorted(parsed.response_images()), "prompt_images": sorted(parsed.prompt_images())},
         metadata={**_counts(tables), "staged": dg.MetadataValue.path(str(out))},
     )
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="1")
 def mmrb2_images(rewardhouse: RewardhouseResource, mmrb2_raw: dict, mmrb2_annotations: dict) -> dg.Output[dict]:
-    """Every referenced image, read straight from the zip: sha256, size, dimensions, ok|corrupt|missing."""
+    """Every image in the zip and every response image, read straight from the zip: sha256, size,
+    dimensions, ok|corrupt|missing. Prompt images outside the zip are not faults (see parse.py)."""
     snapshot = RawSnapshot.from_dict(mmrb2_raw)
     settings = rewardhouse.settings()
     images, rejected = inventory_images(
-        snapshot.image_zip, set(mmrb2_annotations["referenced_images"]), settings.zip_limits
+        snapshot.image_zip,
+        set(mmrb2_annotations["response_images"]),
+        settings.zip_limits,
+        optional=set(mmrb2_annotations["prompt_images"]),
     )
     tables = {"mmrb2_images": images, "quarantine": quarantine_table(rejected)}
     out = rewardhouse.layout().staging / "mmrb2_images" / _staging_key(snapshot, settings.fingerprint())

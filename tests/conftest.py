@@ -41,8 +41,17 @@ def response_image_names(root: Path) -> list[str]:
     return names
 
 
-def build_local_mirror(dest: Path, *, with_new_task: bool = False, zip_name: str = "image.zip") -> Path:
-    """DIR/facebook/MMRB2_image/<zip> + DIR/facebookresearch/MMRB2/benchmark/*.json from the real files."""
+def shipped_prompt_image_names(root: Path) -> list[str]:
+    """Prompt images the upstream zip ships (flat, by base name): new_images/ and synthetic_images/."""
+    names = set()
+    for pair in json.loads((root / "new_task_release.json").read_text())["pairs"]:
+        names |= {v for k, v in pair["prompt_content"] if k == "image" and v.startswith(("new_images/", "synthetic_images/"))}
+    return sorted(names)
+
+
+def build_local_mirror(dest: Path, *, with_new_task: bool = True, zip_name: str = "image.zip") -> Path:
+    """DIR/facebook/MMRB2_image/<zip> + DIR/facebookresearch/MMRB2/benchmark/*.json from the real
+    files, with stand-in JPEGs under every response image name and the shipped prompt images."""
     src = shared_mmrb2()
     bench = dest / "facebookresearch" / "MMRB2" / "benchmark"
     bench.mkdir(parents=True)
@@ -56,6 +65,9 @@ def build_local_mirror(dest: Path, *, with_new_task: bool = False, zip_name: str
     with zipfile.ZipFile(zdir / zip_name, "w", zipfile.ZIP_STORED) as zf:
         for i, name in enumerate(response_image_names(src)):
             zf.writestr(f"images/{name}", variants[i % len(variants)])
+        if with_new_task:
+            for i, name in enumerate(shipped_prompt_image_names(src)):
+                zf.writestr(f"images/{Path(name).name}", variants[i % len(variants)])
     return dest
 
 

@@ -33,10 +33,23 @@ def test_pairs_are_4000_unique_1000_per_task_with_upstream_a_shares(published):
 
 def test_14017_image_items_all_resolved_with_names_intact(published):
     assert q(published, "select count(*) from mmrb2_response_items where kind = 'image'") == [(14017,)]
-    assert q(published, "select status, count(*) from mmrb2_images group by 1") == [("ok", 14017)]
-    spaced = q(published, "select count(*) from mmrb2_images where image_name like '% %' and sha256 is not null")
-    assert spaced[0][0] > 0
+    resolved = q(published, """select count(*) from mmrb2_response_items i join mmrb2_images m using (image_name)
+                               where i.kind = 'image' and m.status = 'ok'""")
+    assert resolved == [(14017,)]
+    spaced = q(published, "select count(*) from mmrb2_images where image_name like '% %' and status = 'ok'")
+    assert spaced == [(42,)]  # measured on the real files: 42 response images have a space in their name
+    example = "r2ibench_logical_Sufficient Conditional_27_-1350294928672806666_imagen4-ultra_4108_imagen4-ultra_108_0.jpg"
+    assert q(published, f"select zip_entry from mmrb2_images where image_name = '{example}'") == [(f"images/{example}",)]
     assert q(published, "select count(*) from quarantine") == [(0,)]
+
+
+def test_prompt_images_shipped_flat_resolve_with_colons_intact(published):
+    # 119 prompt images ship in the zip (new_images/, synthetic_images/); the rest come from elsewhere.
+    assert q(published, "select count(*), count(distinct pair_id) from mmrb2_prompt_items where kind = 'image'") == [(811, 534)]
+    name = "synthetic_images/GPTGeminiAgent_gemini_2_5_flash_2025-09-18T23:05:33.756657_0.jpg"
+    row = q(published, f"select status, zip_entry from mmrb2_images where image_name = '{name}'")
+    assert row == [("ok", "images/GPTGeminiAgent_gemini_2_5_flash_2025-09-18T23:05:33.756657_0.jpg")]
+    assert q(published, "select count(*) from mmrb2_images") == [(14017 + 119,)]
 
 
 def test_rerun_on_unchanged_input_publishes_nothing(published, real_mirror, capsys, monkeypatch):
@@ -65,10 +78,16 @@ def test_sql_is_read_only_and_releases_lists_counts(published, capsys, monkeypat
     assert capsys.readouterr().out.strip() == "n\n4000"
     assert main(["releases"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("* ") and "mmrb2_pairs=4000" in out and "mmrb2_images=14017" in out
+    assert out.startswith("* ") and "mmrb2_pairs=4000" in out and "mmrb2_images=14136" in out
 
 
 def test_local_source_with_a_bad_path_fails_with_a_clear_message(home, capsys, tmp_path):
     assert main(["run", "--source", "local", "--path", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err
     assert "is not a directory" in err and "Traceback" not in err
+
+
+def test_task_summary_view_reads_the_current_release(published):
+    rows = q(published, "select task, pairs, chosen_a_pct, response_images, images_not_ok from mmrb2_task_summary")
+    assert rows == [("edit", 1000, 55.5, 2003, 0), ("interleaved", 1000, 57.5, 5779, 0),
+                    ("reasoning", 1000, 47.5, 4235, 0), ("t2i", 1000, 53.2, 2000, 0)]

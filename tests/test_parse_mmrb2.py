@@ -112,4 +112,4 @@ def test_prompts_for_unknown_pairs_are_quarantined(tmp_path):
     assert out.pairs[0]["has_prompt_content"] is True
     assert [(i["kind"], i["image_name"], i["text"]) for i in out.prompt_items] == [("image", "a:b/c.jpg", None), ("text", None, "do it")]
     assert [(r.stage, r.record_key) for r in out.rejected] == [("parse_prompts", "ghost")]
-    assert out.referenced_images() == {"p1_0.jpg", "p1_1.jpg", "a:b/c.jpg"}
+    assert out.response_images() == {"p1_0.jpg", "p1_1.jpg"} and out.prompt_images() == {"a:b/c.jpg"}

@@ -87,8 +87,9 @@ def test_inventory_marks_ok_corrupt_missing_and_quarantines_each(tmp_path):
         ("images/extra.jpg", stand_in_jpeg(7), {}),  # in the zip, referenced by nobody
         ("../evil.jpg", jpeg, {}),
     ])
-    refs = {"p 1_0.jpg", "p 1_1.jpg", "p 1_2.jpg", "synthetic_images/flat_dir_name.jpg"}
-    table, rejected = inventory_images(z, refs, ZipLimits())
+    refs = {"p 1_0.jpg", "p 1_1.jpg", "p 1_2.jpg"}
+    prompts = {"synthetic_images/flat_dir_name.jpg", "dreambench_source:x/0_0.jpg"}  # the second is not shipped
+    table, rejected = inventory_images(z, refs, ZipLimits(), optional=prompts)
     rows = {r["image_name"]: r for r in table.to_pylist()}
     assert rows["p 1_0.jpg"]["status"] == "ok" and rows["p 1_0.jpg"]["width"] == 16 and rows["p 1_0.jpg"]["format"] == "JPEG"
     assert rows["p 1_0.jpg"]["bytes"] == len(jpeg) and len(rows["p 1_0.jpg"]["sha256"]) == 64
@@ -96,6 +97,7 @@ def test_inventory_marks_ok_corrupt_missing_and_quarantines_each(tmp_path):
     assert rows["p 1_2.jpg"]["status"] == "missing" and rows["p 1_2.jpg"]["zip_entry"] is None
     assert rows["synthetic_images/flat_dir_name.jpg"]["status"] == "ok"
     assert rows["extra.jpg"]["referenced"] is False
+    assert "dreambench_source:x/0_0.jpg" not in rows
     stages = {(r.stage, r.record_key) for r in rejected}
     assert stages == {("decode", "p 1_1.jpg"), ("resolve", "p 1_2.jpg"), ("unpack", "../evil.jpg")}
 

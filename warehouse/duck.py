@@ -18,6 +18,7 @@ import duckdb
 from warehouse.store import Manifest, ReleaseStore
 
 META_TABLE = "_rewardhouse"
+SQL_DIR = Path(__file__).resolve().parent / "sql"
 
 
 def schema_for(release_id: str) -> str:
@@ -94,6 +95,13 @@ def _sync(con: duckdb.DuckDBPyConnection, store: ReleaseStore, manifests: list[M
             con.execute(
                 f"create view main.{_quote(table)} as select * from {_quote(schema_for(current))}.{_quote(table)}"
             )
+        # Derived views, one per file in warehouse/sql/, over the current release's tables; a view
+        # over a dataset this release does not carry is left out.
+        for file in sorted(SQL_DIR.glob("*.sql")):
+            try:
+                con.execute(f"create view main.{_quote(file.stem)} as {file.read_text()}")
+            except duckdb.CatalogException:
+                continue
 
     con.execute(
         """

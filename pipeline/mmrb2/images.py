@@ -50,7 +50,11 @@ def _lookup_names(name: str) -> tuple[str, ...]:
     return (name,) if base == name else (name, base)
 
 
-def inventory_images(zip_path: Path | None, referenced: set[str], limits: ZipLimits) -> tuple[pa.Table, list[Rejection]]:
+def inventory_images(
+    zip_path: Path | None, referenced: set[str], limits: ZipLimits, optional: set[str] = frozenset()
+) -> tuple[pa.Table, list[Rejection]]:
+    """One row per archive entry and per `referenced` name (missing ones included); `optional`
+    names get a row only when the archive has them."""
     rejected: list[Rejection] = []
     rows: dict[str, dict] = {}
     if zip_path is None:
@@ -65,7 +69,7 @@ def inventory_images(zip_path: Path | None, referenced: set[str], limits: ZipLim
 
     # Which archive entry answers each referenced name.
     wanted: dict[str, str] = {}
-    for name in referenced:
+    for name in sorted(referenced | set(optional)):
         hit = next((n for n in _lookup_names(name) if n in scan_entries), None)
         if hit is not None:
             wanted.setdefault(hit, name)

@@ -76,10 +76,14 @@ class ParsedMMRB2:
             "mmrb2_prompt_items": pa.Table.from_pylist(self.prompt_items, schema=PROMPT_ITEMS_SCHEMA),
         }
 
-    def referenced_images(self) -> set[str]:
-        names = {i["image_name"] for i in self.items if i["image_name"] is not None}
-        names |= {i["image_name"] for i in self.prompt_items if i["image_name"] is not None}
-        return names
+    def response_images(self) -> set[str]:
+        """Images the responses show: every one of them must be in the image zip."""
+        return {i["image_name"] for i in self.items if i["image_name"] is not None}
+
+    def prompt_images(self) -> set[str]:
+        """Prompt images: only some ship in the zip (new_images/, synthetic_images/, stored flat);
+        the rest come from the 21 upstream benchmarks, so their absence is not a fault."""
+        return {i["image_name"] for i in self.prompt_items if i["image_name"] is not None}
 
 
 def _load_pairs(path: Path, stage: str, out: ParsedMMRB2) -> list | None:

@@ -1,0 +1,34 @@
+"""The `local` source: a folder mirroring the upstream repositories, used in place."""
+
+import pytest
+
+from pipeline.settings import MMRB2_IMAGE_REPO
+from pipeline.sources.base import ChecksumCache, SourceError, sha256_file
+from pipeline.sources.local import fetch_local
+from pipeline.sources.sample import write_sample
+
+
+def test_images_zip_name_is_accepted_and_files_are_checksummed(tmp_path):
+    write_sample(tmp_path / "m")
+    zdir = tmp_path / "m" / MMRB2_IMAGE_REPO
+    (zdir / "image.zip").rename(zdir / "images.zip")
+    snap = fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))
+    assert snap.image_zip.name == "images.zip"
+    assert snap.checksums()["image_zip"] == sha256_file(zdir / "images.zip")
+    assert {f.role for f in snap.files} == {"image_zip", "annotations:t2i", "annotations:edit",
+                                           "annotations:interleaved", "annotations:reasoning", "new_task_release"}
+
+
+def test_checksum_cache_hashes_an_unchanged_file_once(tmp_path, monkeypatch):
+    write_sample(tmp_path / "m")
+    cache = ChecksumCache(tmp_path / "c.json")
+    fetch_local(tmp_path / "m", cache)
+    monkeypatch.setattr("pipeline.sources.base.sha256_file", lambda p: pytest.fail(f"re-hashed {p}"))
+    fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))  # a fresh cache object reads the saved one
+
+
+def test_missing_annotation_file_names_what_is_missing(tmp_path):
+    write_sample(tmp_path / "m")
+    (tmp_path / "m" / "facebookresearch/MMRB2/benchmark/edit_response_only.json").unlink()
+    with pytest.raises(SourceError, match="missing: facebookresearch/MMRB2/benchmark/edit_response_only.json"):
+        fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))
