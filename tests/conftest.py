@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -14,13 +15,28 @@ from PIL import Image
 
 from hf_server import FakeHub
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mmrb2"
+def _find_shared() -> Path:
+    """The real MMRB2 files live in ../shared/data/mmrb2 beside the checkout (CI has them too);
+    REWARDHOUSE_SHARED_DATA overrides. Ancestors are searched so a nested checkout works."""
+    override = os.environ.get("REWARDHOUSE_SHARED_DATA")
+    if override:
+        return Path(override) / "mmrb2"
+    repo = Path(__file__).resolve().parents[1]
+    for parent in repo.parents:
+        candidate = parent / "shared" / "data" / "mmrb2"
+        if candidate.is_dir():
+            return candidate
+    return repo.parent / "shared" / "data" / "mmrb2"
+
+
+SHARED = _find_shared()
 TASKS = ("t2i", "edit", "interleaved", "reasoning")
 
 
 def shared_mmrb2() -> Path:
     if not (SHARED / "t2i_response_only.json").is_file():
-        pytest.skip(f"real MMRB2 annotation files not found at {SHARED}")
+        # A missing oracle must not turn the acceptance tests into silent skips.
+        pytest.fail(f"real MMRB2 annotation files not found at {SHARED}; set REWARDHOUSE_SHARED_DATA to the shared data folder")
     return SHARED
 
 
