@@ -24,6 +24,9 @@ dev: bootstrap
 	@test -f "$(DAGSTER_HOME)/dagster.yaml" || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
 	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h 127.0.0.1 -p 3000
 
+bench: bootstrap
+	$(UV) run --frozen python tests/benchmarks/bench_mmrb2_images.py
+
 validate: bootstrap
 	$(UV) run --frozen dagster definitions validate
 
