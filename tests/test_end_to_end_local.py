@@ -91,3 +91,12 @@ def test_task_summary_view_reads_the_current_release(published):
     rows = q(published, "select task, pairs, chosen_a_pct, response_images, images_not_ok from mmrb2_task_summary")
     assert rows == [("edit", 1000, 55.5, 2003, 0), ("interleaved", 1000, 57.5, 5779, 0),
                     ("reasoning", 1000, 47.5, 4235, 0), ("t2i", 1000, 53.2, 2000, 0)]
+
+
+def test_cli_runs_land_in_the_persistent_dagster_home_the_ui_reads(published):
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(published / "dagster")) as instance:
+        runs = instance.get_runs()
+    assert runs and {r.job_name for r in runs} == {"refresh"}
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
