@@ -1,16 +1,21 @@
 """The release asset: gather staged tables, publish an immutable release, refresh the warehouse."""
 
 
+from pathlib import Path
+from typing import Optional
+
 import dagster as dg
 import pyarrow as pa
 
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
-from pipeline.sources.base import RawSnapshot
+from pipeline.visualprm.export import render_meta
 from pipeline.staging import read_staged
 from warehouse.duck import sync_warehouse
 from warehouse.store import ReleaseStore, release_id_for
+
+from assets.common import snapshot_of
 
 GROUP = "release"
 
@@ -35,21 +40,38 @@ def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
 def warehouse_release(
     context: dg.AssetExecutionContext,
     rewardhouse: RewardhouseResource,
-    mmrb2_raw: dict,
+    mmrb2_raw: Optional[dict],
     mmrb2_annotations: dict,
     mmrb2_images: dict,
+    visualprm_raw: Optional[dict],
+    visualprm_samples: dict,
+    visualprm_images: dict,
+    visualprm_export: dict,
 ) -> dg.MaterializeResult:
-    """Publish the staged tables as a content-addressed release and point the warehouse at it."""
+    """Publish the staged tables and exports as a content-addressed release and point the
+    warehouse at it."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    snapshot = RawSnapshot.from_dict(mmrb2_raw)
-    tables = collect_tables([mmrb2_annotations, mmrb2_images])
-    sources = {"mmrb2": {"source": snapshot.source, "revisions": snapshot.revisions, "files": snapshot.checksums()}}
-    release_id = release_id_for({"mmrb2": snapshot.checksums()}, TRANSFORM_VERSION, settings.fingerprint())
+    raws = {"mmrb2": snapshot_of(mmrb2_raw), "visualprm": snapshot_of(visualprm_raw)}
+    tables = collect_tables([mmrb2_annotations, mmrb2_images, visualprm_samples, visualprm_images, visualprm_export])
+    sources = {
+        name: {"source": s.source, "revisions": s.revisions, "files": s.checksums()} if s else {"absent": True}
+        for name, s in raws.items()
+    }
+    inputs = {name: s.checksums() if s else None for name, s in raws.items()}
+    release_id = release_id_for(inputs, TRANSFORM_VERSION, settings.fingerprint())
+    rows = visualprm_export["rows"]
 
     store = ReleaseStore(layout.releases)
     store.sweep_temporaries()
     manifest, published = store.publish(
-        release_id, tables, code_version=TRANSFORM_VERSION, sources=sources, settings=settings.fingerprint()
+        release_id,
+        tables,
+        code_version=TRANSFORM_VERSION,
+        sources=sources,
+        settings=settings.fingerprint(),
+        files={rel: Path(p) for rel, p in visualprm_export["files"].items()},
+        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in visualprm_export["images"].items()}},
+        rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
     )
     pruned = store.prune(settings.keep_releases)
     sync_warehouse(store, layout.warehouse)

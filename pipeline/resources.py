@@ -19,9 +19,15 @@ class RewardhouseResource(dg.ConfigurableResource):
     local_path: Optional[str] = None
     home: Optional[str] = None
     keep_releases: int = 0
+    prm_label_threshold: float = 0.0
 
     def settings(self) -> Settings:
-        return Settings(source=self.source, local_path=self.local_path, keep_releases=self.keep_releases)
+        return Settings(
+            source=self.source,
+            local_path=self.local_path,
+            keep_releases=self.keep_releases,
+            prm_label_threshold=self.prm_label_threshold,
+        )
 
     def layout(self) -> Layout:
         return Layout(Path(self.home) if self.home else None)

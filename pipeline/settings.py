@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
-TRANSFORM_VERSION = "mmrb2-1"
+TRANSFORM_VERSION = "2"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,10 +46,12 @@ class Settings:
     local_path: str | None = None
     zip_limits: ZipLimits = field(default_factory=ZipLimits)
     keep_releases: int = 0  # 0 keeps every release queryable
+    # VisualPRM raw form: a step is "+" iff its Monte-Carlo score is above this (upstream: 0.0).
+    prm_label_threshold: float = 0.0
 
     def fingerprint(self) -> dict:
         """Settings that change table content, and so belong in the release id."""
-        return {"zip_limits": asdict(self.zip_limits)}
+        return {"zip_limits": asdict(self.zip_limits), "prm_label_threshold": self.prm_label_threshold}
 
 
 class Layout:
@@ -78,5 +80,16 @@ class Layout:
         return self.root / "warehouse.duckdb"
 
     @property
+    def image_store(self) -> Path:
+        """Content-addressed image files (sha256-named), shared by every release that links them."""
+        return self.root / "images"
+
+    @property
     def dagster_home(self) -> Path:
         return self.root / "dagster"
+
+
+# VisualPRM400K (process-supervision training data): the parquet release on the Hub, and the
+# InternVL upstream (jsonl annotations + image zips) that a local mirror may hold instead.
+VISUALPRM_REPO = "mm-eval/VisualPRM400K"
+VISUALPRM_UPSTREAM_REPO = "OpenGVLab/VisualPRM400K"

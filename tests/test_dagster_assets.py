@@ -34,7 +34,7 @@ def test_materialize_sample_publishes_release_and_runs_checks(tmp_path):
         assert con.execute("select count(*) from mmrb2_pairs").fetchone()[0] == sum(facts.pairs_per_task.values())
         status = dict(con.execute("select image_name, status from mmrb2_images").fetchall())
         assert status[CORRUPT_IMAGE] == "corrupt" and status[MISSING_IMAGE] == "missing"
-        quarantined = con.execute("select stage, record_key from quarantine order by stage").fetchall()
+        quarantined = con.execute("select stage, record_key from quarantine where dataset = 'mmrb2' order by stage").fetchall()
     assert quarantined == [("decode", CORRUPT_IMAGE), ("resolve", MISSING_IMAGE)]
 
 

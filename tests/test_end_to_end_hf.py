@@ -3,8 +3,9 @@
 import duckdb
 
 from pipeline.cli import main
-from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO
+from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
 from pipeline.sources.sample import sample_facts, write_sample
+from pipeline.sources.visualprm_sample import PARQUET_RELPATH, visualprm_sample_facts, write_visualprm_sample
 
 
 def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tmp_path, monkeypatch, capsys):
@@ -16,14 +17,21 @@ def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tm
     hub.add_raw_files(MMRB2_ANNOTATION_REPO, MMRB2_ANNOTATION_COMMIT,
                       {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
     monkeypatch.setenv("REWARDHOUSE_GITHUB_RAW", hub.url)
+    write_visualprm_sample(upstream)
+    shard = (upstream / PARQUET_RELPATH).read_bytes()
+    prm_sha = hub.add_dataset_commit(VISUALPRM_REPO, {"README.md": b"# VisualPRM400K\n", PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: shard})
 
     assert main(["run", "--source", "hf"]) == 0
     assert "published" in capsys.readouterr().out
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         pairs = con.execute("select count(*) from mmrb2_pairs").fetchone()[0]
         sources = con.execute("select sources->'mmrb2'->'revisions' from releases").fetchone()[0]
+        prm_sources = con.execute("select sources->'visualprm'->'revisions' from releases").fetchone()[0]
+        samples = con.execute("select count(*) from prm_samples").fetchone()[0]
     assert pairs == sum(sample_facts().pairs_per_task.values())
     assert MMRB2_IMAGE_REPO in sources and sha in sources
+    assert prm_sha in prm_sources and samples == len(visualprm_sample_facts().expected)
+    assert (home / "raw" / "hf" / PARQUET_RELPATH).read_bytes() == shard
     assert (home / "raw" / "hf" / MMRB2_IMAGE_REPO / "image.zip").read_bytes() == zip_bytes
 
     hub.clear_log()

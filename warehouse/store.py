@@ -15,7 +15,8 @@ import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -46,6 +47,8 @@ class Manifest:
     sources: dict
     settings: dict
     tables: dict  # table -> {"rows": int, "file": str, "sha256": str, "bytes": int}
+    files: dict = field(default_factory=dict)  # other file -> {"sha256": str, "bytes": int}
+    bulk: dict = field(default_factory=dict)  # content-addressed folder -> {"files": int, "bytes": int}
 
     @property
     def row_counts(self) -> dict[str, int]:
@@ -72,6 +75,14 @@ def _write_durable(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _place(root: Path, rel: str) -> Path:
+    target = (root / rel).resolve()
+    if root.resolve() not in target.parents:
+        raise ValueError(f"release file {rel!r} would land outside the release folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target
 
 
 class ReleaseStore:
@@ -116,8 +127,16 @@ class ReleaseStore:
         code_version: str,
         sources: dict,
         settings: dict,
+        files: dict[str, Path] | None = None,
+        bulk: dict[str, dict[str, Path]] | None = None,
+        rendered: dict[str, Callable[[Path], bytes]] | None = None,
     ) -> tuple[Manifest, bool]:
-        """Publish atomically; returns (manifest, published). An existing id is only made current."""
+        """Publish atomically; returns (manifest, published). An existing id is only made current.
+
+        `files` are copied in (relative path → staged file) and checksummed one by one; `bulk` are
+        content-addressed folders (folder → {relative path → file}), hard-linked where possible and
+        summarised by count; `rendered` files are produced from the release's final path (an
+        export's meta that must point at the published folder)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.exists(release_id):
             self.set_current(release_id)
@@ -138,6 +157,27 @@ class ReleaseStore:
                     "sha256": sha256_file(file),
                     "bytes": file.stat().st_size,
                 }
+            final = self.path(release_id)
+            extra = {}
+            for rel, src in sorted((files or {}).items()):
+                target = _place(tmp, rel)
+                shutil.copyfile(src, target)
+                extra[rel] = {"sha256": sha256_file(target), "bytes": target.stat().st_size}
+            for rel, render in sorted((rendered or {}).items()):
+                target = _place(tmp, rel)
+                _write_durable(target, render(final))
+                extra[rel] = {"sha256": sha256_file(target), "bytes": target.stat().st_size}
+            summary = {}
+            for folder, members in sorted((bulk or {}).items()):
+                total = 0
+                for rel, src in members.items():
+                    target = _place(tmp, f"{folder}/{rel}")
+                    try:
+                        os.link(src, target)  # content-addressed and immutable: sharing the inode is safe
+                    except OSError:
+                        shutil.copyfile(src, target)
+                    total += target.stat().st_size
+                summary[folder] = {"files": len(members), "bytes": total}
             manifest = Manifest(
                 release_id=release_id,
                 created_at=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
@@ -145,10 +185,12 @@ class ReleaseStore:
                 sources=sources,
                 settings=settings,
                 tables=entries,
+                files=extra,
+                bulk=summary,
             )
             _write_durable(tmp / MANIFEST, manifest.to_json().encode())
             _fsync_dir(tmp)
-            os.rename(tmp, self.path(release_id))
+            os.rename(tmp, final)
             _fsync_dir(self.dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

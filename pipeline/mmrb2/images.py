@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import io
-import warnings
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
-from PIL import Image
 
+from pipeline.imaging import inspect_image
 from pipeline.quarantine import Rejection
 from pipeline.settings import ZipLimits
 from pipeline.zipread import iter_entries, scan_zip
@@ -31,19 +29,6 @@ IMAGES_SCHEMA = pa.schema(
 )
 
 
-def inspect_image(data: bytes) -> tuple[int | None, int | None, str | None, str | None]:
-    """(width, height, format, problem): decode fully, so a truncated file is caught."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
-                size, fmt = im.size, im.format
-                im.load()
-        return size[0], size[1], fmt, None
-    except Exception as exc:  # Pillow raises many types for bad bytes; all mean "corrupt"
-        return None, None, None, f"{type(exc).__name__}: {exc}"
-
-
 def _lookup_names(name: str) -> tuple[str, ...]:
     # Prompt images may be referenced with a folder (`synthetic_images/x.jpg`) yet stored flat.
     base = PurePosixPath(name).name
@@ -58,7 +43,8 @@ def inventory_images(
     rejected: list[Rejection] = []
     rows: dict[str, dict] = {}
     if zip_path is None:
-        scan_entries, refused, archive_error = {}, [], "no image archive"
+        # No archive (the dataset is absent): nothing to inventory; any reference is missing.
+        scan_entries, refused, archive_error = {}, [], ("no image archive" if referenced else None)
     else:
         scan = scan_zip(zip_path, limits)
         scan_entries, refused, archive_error = scan.entries, scan.refused, scan.archive_error

@@ -1,21 +1,30 @@
-"""The `hf` source: download MMRB2 from upstream into the upstream layout.
+"""The `hf` source: download MMRB2 and VisualPRM400K from upstream into the upstream layout.
 
-- Images: the Hugging Face dataset `facebook/MMRB2_image` (one zip, `image.zip` or `images.zip`),
-  found with `huggingface_hub` at a pinned commit and fetched with our own ranged download, so a
-  killed download resumes on the next run; the Hub's size and sha256 ETag verify the result.
-- Annotations: `facebookresearch/MMRB2` on GitHub at `MMRB2_ANNOTATION_COMMIT`, fetched with urllib
-  from the raw-file host.
+- MMRB2 images: the Hugging Face dataset `facebook/MMRB2_image` (one zip, `image.zip` or
+  `images.zip`).
+- VisualPRM400K: the Hugging Face dataset `mm-eval/VisualPRM400K` (parquet shards
+  `data/train-*.parquet`), see `fetch_visualprm_hf`.
+- MMRB2 annotations: `facebookresearch/MMRB2` on GitHub at `MMRB2_ANNOTATION_COMMIT`, fetched with
+  urllib from the raw-file host.
+
+Hub files go through one path (`_fetch_pinned_files`): the revision is pinned, the repo is listed
+with `huggingface_hub` at that commit, the wanted files are fetched with our own ranged download
+(a killed download resumes on the next run) and verified against the Hub's size and sha256 ETag.
 
 What was fetched is pinned in `{raw_root}/sources.lock.json`:
 
-    {"facebook/MMRB2_image": {"revision": "<commit sha>", "file": "image.zip"},
+    {"facebook/MMRB2_image": {"revision": "<commit sha>", "file": "image.zip",
+                              "zip": {"sha256": "...", "size": 123}},
+     "mm-eval/VisualPRM400K": {"revision": "<commit sha>",
+                               "files": {"data/train-00000-of-00001.parquet": {"sha256": "...", "size": 123}}},
      "facebookresearch/MMRB2": {"revision": "<commit>",
                                 "files": {"t2i_response_only.json": {"sha256": "...", "size": 123},
                                           "new_task_release.json": {"absent": true}}}}
 
-The image revision is resolved from `main` once and then reused, so a later upstream push never
-changes the data silently; delete that entry (or pass `image_revision`) to move on deliberately.
-Annotation files recorded there and still matching on disk are not downloaded again.
+A Hub revision is resolved from `main` once and then reused, so a later upstream push never
+changes the data silently; delete that entry (or pass a revision) to move on deliberately.
+Files recorded there and still matching on disk are not downloaded again (no request at all).
+Each fetch rewrites only its own entries, so fetches of different datasets may share the file.
 """
 
 from __future__ import annotations
@@ -23,10 +32,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
 from typing import Callable
@@ -37,20 +48,22 @@ from pipeline.settings import (
     MMRB2_IMAGE_REPO,
     MMRB2_IMAGE_ZIP_NAMES,
     MMRB2_TASKS,
+    VISUALPRM_REPO,
 )
 from pipeline.sources.base import (
     ANNOTATION_DIR,
-    IMAGE_DIR,
     NEW_TASK_FILE,
     ChecksumCache,
     RawSnapshot,
     SourceError,
     snapshot_from_layout,
 )
+from pipeline.sources.visualprm import PARQUET_GLOB, PARQUET_ROLE, is_parquet_shard, snapshot_visualprm
 
-# Commit of facebook/MMRB2_image to download. None means "lock on first fetch": the first fetch
-# resolves `main` to its commit sha and records it in sources.lock.json; later fetches reuse it.
+# Commits to download. None means "lock on first fetch": the first fetch resolves `main` to its
+# commit sha and records it in sources.lock.json; later fetches reuse it.
 MMRB2_IMAGE_REVISION: str | None = None
+VISUALPRM_REVISION: str | None = None
 
 LOCK_FILE = "sources.lock.json"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
@@ -61,6 +74,7 @@ RETRY_PAUSE = 0.5
 HTTP_TIMEOUT = 60.0
 _CHUNK = 1 << 16
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 Log = Callable[[str], None]
 
@@ -82,12 +96,12 @@ def fetch_hf(
     """
     raw_root = Path(raw_root)
     raw_root.mkdir(parents=True, exist_ok=True)
-    hf_endpoint = (hf_endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
     lock_path = raw_root / LOCK_FILE
     lock = _read_lock(lock_path)
 
-    image_sha, zip_name = _fetch_image_zip(
-        raw_root, lock, lock_path, cache, endpoint=hf_endpoint, token=token, image_revision=image_revision, log=log
+    image_sha, (zip_name,) = _fetch_pinned_files(
+        raw_root, _MMRB2_IMAGES, lock, lock_path, cache, endpoint=_endpoint(hf_endpoint), token=token,
+        revision=image_revision or MMRB2_IMAGE_REVISION, log=log,
     )
     annotation_origins = _fetch_annotations(raw_root, lock, lock_path, cache, github_raw_base.rstrip("/"), log)
 
@@ -101,6 +115,41 @@ def fetch_hf(
     )
 
 
+def fetch_visualprm_hf(
+    raw_root: Path,
+    cache: ChecksumCache,
+    *,
+    hf_endpoint: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    log: Log = lambda s: None,
+) -> RawSnapshot:
+    """Download (or reuse) the VisualPRM400K parquet shards into `raw_root/mm-eval/VisualPRM400K/`.
+
+    The revision is `revision` (a commit sha, or a branch/tag resolved to one), else
+    `VISUALPRM_REVISION`, else the one locked in `raw_root/sources.lock.json`, else `main` locked
+    now. Shards the pinned revision no longer lists are removed. Raises SourceError.
+    """
+    raw_root = Path(raw_root)
+    raw_root.mkdir(parents=True, exist_ok=True)
+    lock_path = raw_root / LOCK_FILE
+    lock = _read_lock(lock_path)
+
+    sha, shards = _fetch_pinned_files(
+        raw_root, _VISUALPRM_SHARDS, lock, lock_path, cache, endpoint=_endpoint(hf_endpoint), token=token,
+        revision=revision or VISUALPRM_REVISION, log=log,
+    )
+    origins = {f"{PARQUET_ROLE}:{VISUALPRM_REPO}/{name}": f"{VISUALPRM_REPO}@{sha}/{name}" for name in shards}
+    snap = snapshot_visualprm(raw_root, "hf", cache, origins=origins, revisions={VISUALPRM_REPO: sha})
+    if snap is None:  # only if the shards vanished between download and inventory
+        raise SourceError(f"hf source: the {VISUALPRM_REPO} shards downloaded to {raw_root} are gone; run again")
+    return snap
+
+
+def _endpoint(hf_endpoint: str | None) -> str | None:
+    return (hf_endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
+
+
 # --- lock file ---------------------------------------------------------------------------------
 
 
@@ -112,123 +161,199 @@ def _read_lock(path: Path) -> dict:
     except (OSError, ValueError) as exc:
         raise SourceError(
             f"hf source: cannot read the lock file {path} ({exc}); fix it, or delete it to re-pin "
-            f"{MMRB2_IMAGE_REPO} on its current main and re-check the annotation files"
+            f"the Hub datasets on their current main and re-check every downloaded file"
         ) from exc
     if not isinstance(data, dict):
         raise SourceError(f"hf source: lock file {path} does not hold a JSON object; fix or delete it")
     return data
 
 
-def _write_lock(path: Path, lock: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+def _save_lock_entry(path: Path, lock: dict, key: str) -> None:
+    """Write `lock[key]` to the lock file. The other entries are taken as they are on disk now:
+    a fetch of another dataset may have pinned its own entry since this one read the file."""
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = None
+    if not isinstance(current, dict):
+        current = {k: v for k, v in lock.items() if k != key}
+    current[key] = lock[key]
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
-# --- images: Hugging Face ----------------------------------------------------------------------
+# --- Hub datasets: pinned revision, listed files, verified ranged downloads ----------------------
 
 
-def _fetch_image_zip(
+@dataclass(frozen=True)
+class _HubFiles:
+    """Which files to take from one Hub dataset and how its lock entry records them. They land in
+    `{raw_root}/{repo}/{path in the repo}`, the upstream layout."""
+
+    repo: str
+    wanted: str  # what `select` looks for, for messages
+    knob: str  # how to pin another revision, for messages
+    select: Callable[[list[str]], list[str]]  # the repo's files -> the ones to fetch, in order
+    local_globs: tuple[str, ...]  # local files of that kind; those not selected are stale
+    recorded: Callable[[dict], dict[str, dict | None] | None]  # entry -> {path: {sha256, size}}, None if unlisted
+    record: Callable[[dict, dict], None]  # store {path: {sha256, size}} of every selected file in the entry
+
+
+def _record_zip(entry: dict, records: dict) -> None:
+    ((entry["file"], entry["zip"]),) = records.items()
+
+
+def _record_files(entry: dict, records: dict) -> None:
+    entry["files"] = dict(sorted(records.items()))
+
+
+_MMRB2_IMAGES = _HubFiles(
+    repo=MMRB2_IMAGE_REPO,
+    wanted=" or ".join(MMRB2_IMAGE_ZIP_NAMES),
+    knob="image_revision / MMRB2_IMAGE_REVISION",
+    select=lambda files: [n for n in MMRB2_IMAGE_ZIP_NAMES if n in files][:1],
+    local_globs=MMRB2_IMAGE_ZIP_NAMES,
+    recorded=lambda e: {e["file"]: e.get("zip")} if e.get("file") in MMRB2_IMAGE_ZIP_NAMES else None,
+    record=_record_zip,
+)
+
+_VISUALPRM_SHARDS = _HubFiles(
+    repo=VISUALPRM_REPO,
+    wanted=PARQUET_GLOB,
+    knob="revision / VISUALPRM_REVISION",
+    select=lambda files: sorted(f for f in files if is_parquet_shard(f)),
+    local_globs=(PARQUET_GLOB,),
+    recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
+    record=_record_files,
+)
+
+
+def _fetch_pinned_files(
     raw_root: Path,
+    spec: _HubFiles,
     lock: dict,
     lock_path: Path,
     cache: ChecksumCache,
     *,
     endpoint: str | None,
     token: str | None,
-    image_revision: str | None,
+    revision: str | None,
     log: Log,
-) -> tuple[str, str]:
-    """Pin the revision, pick the zip, download it; returns (commit sha, zip file name)."""
+) -> tuple[str, list[str]]:
+    """Pin the revision, list and select the files, download and verify them, record them.
+
+    `revision` (a commit sha, or a branch/tag resolved to one) wins over the one locked in
+    `lock_path`; with neither, `main` is resolved and locked before anything is downloaded, so an
+    interrupted first fetch cannot drift to a newer main. An explicit revision is locked only once
+    it has delivered every file. Files recorded for the pinned commit and still matching on disk
+    cost no request. Returns (commit sha, the selected repo paths).
+    """
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint, token=token)
     shown_endpoint = endpoint or _default_endpoint()
-    entry = dict(lock.get(MMRB2_IMAGE_REPO) or {})
-    requested = image_revision or MMRB2_IMAGE_REVISION
+    entry = dict(lock.get(spec.repo) or {})
+    locked = entry.get("revision")
 
-    if requested:
-        sha = requested if _COMMIT_SHA.fullmatch(requested) else _resolve_revision(api, requested, shown_endpoint)
-        if entry.get("revision") not in (None, sha):
-            log(f"hf: {MMRB2_IMAGE_REPO} pinned to {sha} (was locked at {entry['revision']})")
-        if entry.get("revision") != sha:
+    if revision:
+        sha = revision if _COMMIT_SHA.fullmatch(revision) else _resolve_revision(api, spec, revision, shown_endpoint)
+        if locked not in (None, sha):
+            log(f"hf: {spec.repo} pinned to {sha} (was locked at {locked})")
+        if locked != sha:
             entry = {"revision": sha}
-    elif entry.get("revision"):
-        sha = entry["revision"]
-        log(f"hf: {MMRB2_IMAGE_REPO} locked at {sha} ({lock_path})")
+    elif locked:
+        sha = locked
+        log(f"hf: {spec.repo} locked at {sha} ({lock_path})")
     else:
-        sha = _resolve_revision(api, "main", shown_endpoint)
+        sha = _resolve_revision(api, spec, "main", shown_endpoint)
         entry = {"revision": sha}
-        log(f"hf: {MMRB2_IMAGE_REPO} main is {sha}; locking it in {lock_path}")
-        # Record the pin before downloading, so an interrupted first fetch cannot drift to a newer main.
-        lock[MMRB2_IMAGE_REPO] = entry
-        _write_lock(lock_path, lock)
+        log(f"hf: {spec.repo} main is {sha}; locking it in {lock_path}")
+        lock[spec.repo] = entry
+        _save_lock_entry(lock_path, lock, spec.repo)
 
-    zip_name = entry.get("file")
-    if zip_name not in MMRB2_IMAGE_ZIP_NAMES:
+    records = spec.recorded(entry)
+    if records is None:
         try:
-            files = api.list_repo_files(MMRB2_IMAGE_REPO, repo_type="dataset", revision=sha)
+            listed = api.list_repo_files(spec.repo, repo_type="dataset", revision=sha)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a SourceError with advice
-            raise _hub_error("list the files of", f"{MMRB2_IMAGE_REPO}@{sha}", exc, shown_endpoint, lock_path) from exc
-        zip_name = next((n for n in MMRB2_IMAGE_ZIP_NAMES if n in files), None)
-        if zip_name is None:
+            raise _hub_error("list the files of", f"{spec.repo}@{sha}", exc, shown_endpoint, lock_path, spec) from exc
+        selected = spec.select(listed)
+        if not selected:
             raise SourceError(
-                f"hf source: dataset {MMRB2_IMAGE_REPO} at revision {sha} has no "
-                f"{' or '.join(MMRB2_IMAGE_ZIP_NAMES)}; files seen: {sorted(files) or 'none'}. "
-                f"Check the repo on {shown_endpoint}, pin a revision that has the zip (image_revision), "
-                f"or download it by hand and use the local source"
+                f"hf source: dataset {spec.repo} at revision {sha} has no {spec.wanted}; "
+                f"files seen: {sorted(listed) or 'none'}. Check the repo on {shown_endpoint}, pin a "
+                f"revision that has them ({spec.knob}), or download them by hand and use the local source"
             )
-        entry["file"] = zip_name
+        records = dict.fromkeys(selected)
 
-    local_dir = raw_root / IMAGE_DIR
-    local_dir.mkdir(parents=True, exist_ok=True)
-    dest = local_dir / zip_name
-    if _matches(dest, entry.get("zip"), cache):
-        log(f"hf: {dest.name} at {sha} already complete ({entry['zip']['size']} bytes)")
-    else:
-        _download_zip(dest, sha, zip_name, endpoint=endpoint, token=token, shown_endpoint=shown_endpoint,
-                      lock_path=lock_path, cache=cache, entry=entry, log=log)
+    local_dir = raw_root / spec.repo
+    done: dict[str, dict] = {}
+    for name, rec in records.items():
+        dest = local_dir / name
+        if _matches(dest, rec, cache):
+            log(f"hf: {name} at {sha} already complete ({rec['size']} bytes)")
+            done[name] = rec
+            continue
+        part = dest.with_name(dest.name + ".part")
+        if locked not in (None, sha) and part.exists():
+            log(f"hf: removing {part}, a partial download of another revision")
+            part.unlink()
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        done[name] = _download_verified(
+            spec, sha, name, dest, endpoint=endpoint, token=token, shown_endpoint=shown_endpoint,
+            lock_path=lock_path, cache=cache, log=log,
+        )
 
-    # A zip under the other accepted name would shadow or confuse the inventory: it is stale.
-    for other in MMRB2_IMAGE_ZIP_NAMES:
-        stale = local_dir / other
-        if other != zip_name and stale.is_file():
-            log(f"hf: removing stale {stale} (the pinned revision ships {zip_name})")
-            stale.unlink()
-    # An explicitly requested revision is locked only once it has delivered the zip.
-    lock[MMRB2_IMAGE_REPO] = entry
-    _write_lock(lock_path, lock)
-    return sha, zip_name
+    # Files of the same kind that the pinned revision does not list are stale: they would shadow
+    # or add to what the inventory finds.
+    keep = {local_dir / name for name in records} | {local_dir / (name + ".part") for name in records}
+    for pattern in spec.local_globs:
+        for stale in sorted({*local_dir.glob(pattern), *local_dir.glob(pattern + ".part")}):
+            if stale not in keep and stale.is_file():
+                log(f"hf: removing stale {stale} ({spec.repo}@{sha} does not list it)")
+                stale.unlink()
+
+    spec.record(entry, done)
+    lock[spec.repo] = entry
+    _save_lock_entry(lock_path, lock, spec.repo)
+    return sha, list(records)
 
 
-
-def _download_zip(dest: Path, sha: str, zip_name: str, *, endpoint, token, shown_endpoint, lock_path, cache, entry, log) -> None:
-    """Our own ranged download of the pinned file, so a killed 2 GB download resumes next run
-    (huggingface_hub only resumes within one call). The Hub's metadata gives size and, for
-    LFS files, the sha256 to verify against."""
+def _download_verified(
+    spec: _HubFiles, sha: str, name: str, dest: Path, *, endpoint, token, shown_endpoint, lock_path, cache, log
+) -> dict:
+    """Our own ranged download of one pinned file, so a killed download resumes next run
+    (huggingface_hub only resumes within one call). The Hub's metadata gives size and, for LFS
+    files, the sha256 to verify against; a file already on disk that matches both is kept."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-    url = hf_hub_url(MMRB2_IMAGE_REPO, zip_name, repo_type="dataset", revision=sha, endpoint=endpoint)
-    what = f"{MMRB2_IMAGE_REPO}@{sha}/{zip_name}"
+    url = hf_hub_url(spec.repo, name, repo_type="dataset", revision=sha, endpoint=endpoint)
+    what = f"{spec.repo}@{sha}/{name}"
     try:
         meta = get_hf_file_metadata(url, token=token, endpoint=endpoint)
     except Exception as exc:  # noqa: BLE001
-        raise _hub_error("read the metadata of", what, exc, shown_endpoint, lock_path) from exc
-    auth = _auth_header(token)
+        raise _hub_error("read the metadata of", what, exc, shown_endpoint, lock_path, spec) from exc
+    etag = (meta.etag or "").strip('"').lower()
+    expected = etag if _SHA256.fullmatch(etag) else None
+
+    if expected and dest.is_file() and dest.stat().st_size == meta.size and cache.sha256(dest) == expected:
+        log(f"hf: {what} is already on disk and matches the Hub; not downloading it again")
+        return {"sha256": expected, "size": meta.size}
+
     log(f"hf: fetching {what} ({meta.size} bytes)")
-    _download(url, dest, log, headers=auth, location=meta.location)
+    _download(url, dest, log, headers=_auth_header(token), location=meta.location)
     size = dest.stat().st_size
     digest = cache.sha256(dest)
-    etag = (meta.etag or "").strip('"').lower()
     problem = None
     if meta.size is not None and size != meta.size:
         problem = f"{size} bytes on disk, the Hub says {meta.size}"
-    elif re.fullmatch(r"[0-9a-f]{64}", etag) and digest != etag:
-        problem = f"sha256 {digest} does not match the Hub's {etag}"
+    elif expected and digest != expected:
+        problem = f"sha256 {digest} does not match the Hub's {expected}"
     if problem:
         dest.unlink()
         raise SourceError(f"hf source: downloaded {what} is damaged ({problem}); it was removed, run again")
-    entry["zip"] = {"sha256": digest, "size": size}
+    return {"sha256": digest, "size": size}
 
 
 def _auth_header(token: str | None) -> dict[str, str]:
@@ -238,14 +363,14 @@ def _auth_header(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _resolve_revision(api, revision: str, shown_endpoint: str) -> str:
+def _resolve_revision(api, spec: _HubFiles, revision: str, shown_endpoint: str) -> str:
     try:
-        sha = api.repo_info(MMRB2_IMAGE_REPO, repo_type="dataset", revision=revision).sha
+        sha = api.repo_info(spec.repo, repo_type="dataset", revision=revision).sha
     except Exception as exc:  # noqa: BLE001
-        raise _hub_error("resolve", f"{MMRB2_IMAGE_REPO}@{revision}", exc, shown_endpoint, None) from exc
+        raise _hub_error("resolve", f"{spec.repo}@{revision}", exc, shown_endpoint, None, spec) from exc
     if not sha:
         raise SourceError(
-            f"hf source: {shown_endpoint} returned no commit sha for {MMRB2_IMAGE_REPO}@{revision}; "
+            f"hf source: {shown_endpoint} returned no commit sha for {spec.repo}@{revision}; "
             f"check that HF_ENDPOINT points to a Hugging Face Hub"
         )
     return sha
@@ -260,14 +385,16 @@ def _default_endpoint() -> str:
         return DEFAULT_HF_ENDPOINT
 
 
-def _hub_error(action: str, what: str, exc: Exception, endpoint: str, lock_path: Path | None) -> SourceError:
+def _hub_error(
+    action: str, what: str, exc: Exception, endpoint: str, lock_path: Path | None, spec: _HubFiles
+) -> SourceError:
     """Turn a huggingface_hub / transport exception into a SourceError that says what to do."""
     from huggingface_hub import errors
 
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, errors.GatedRepoError):
         hint = (
-            f"the dataset is gated: accept its terms at {endpoint}/datasets/{MMRB2_IMAGE_REPO} "
+            f"the dataset is gated: accept its terms at {endpoint}/datasets/{spec.repo} "
             f"and set HF_TOKEN to a token of that account"
         )
     elif isinstance(exc, errors.RepositoryNotFoundError) or status in (401, 403):
@@ -276,10 +403,10 @@ def _hub_error(action: str, what: str, exc: Exception, endpoint: str, lock_path:
             f"check that HF_ENDPOINT ({endpoint}) is right"
         )
     elif isinstance(exc, errors.RevisionNotFoundError):
-        where = f", or remove the {MMRB2_IMAGE_REPO} entry from {lock_path} to re-pin on main" if lock_path else ""
-        hint = f"that revision does not exist: fix image_revision / MMRB2_IMAGE_REVISION{where}"
+        where = f", or remove the {spec.repo} entry from {lock_path} to re-pin on main" if lock_path else ""
+        hint = f"that revision does not exist: fix {spec.knob}{where}"
     elif isinstance(exc, getattr(errors, "RemoteEntryNotFoundError", ())):
-        hint = "the file is not in the repo at that revision: pin another revision (image_revision)"
+        hint = f"the file is not in the repo at that revision: pin another revision ({spec.knob})"
     elif isinstance(exc, (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError)):
         hint = (
             f"the Hub at {endpoint} could not be reached: check the network and HF_ENDPOINT, "
@@ -367,12 +494,12 @@ def _fetch_annotations(
                 log(f"hf: removing {dest}, which is not part of commit {commit}")
                 dest.unlink()
             records[name] = {"absent": True}
-            _write_lock(lock_path, lock)
+            _save_lock_entry(lock_path, lock, MMRB2_ANNOTATION_REPO)
             continue
         records[name] = {"sha256": cache.sha256(dest), "size": dest.stat().st_size}
-        _write_lock(lock_path, lock)
+        _save_lock_entry(lock_path, lock, MMRB2_ANNOTATION_REPO)
         origins[role] = url
-    _write_lock(lock_path, lock)
+    _save_lock_entry(lock_path, lock, MMRB2_ANNOTATION_REPO)
     return origins
 
 

@@ -1,0 +1,177 @@
+"""VisualPRM images: embedded bytes from the parquet `media` column, or path references resolved
+against a local image folder or zip. Every image with bytes lands once, content-addressed, in an
+image store (`{sha256[:2]}/{sha256}.{ext}`) that exports link from; ~4 rollouts share one image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.imaging import extension, inspect_image
+from pipeline.quarantine import Rejection
+from pipeline.settings import ZipLimits
+from pipeline.zipread import is_within, read_entry, scan_zip
+
+DATASET = "visualprm"
+
+PRM_IMAGES_SCHEMA = pa.schema(
+    [
+        ("image_key", pa.string()),
+        ("origin", pa.string()),  # embedded | path
+        ("sha256", pa.string()),
+        ("bytes", pa.int64()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("format", pa.string()),
+        ("status", pa.string()),  # ok | corrupt | unresolved
+        ("store_path", pa.string()),  # relative to the image store, when the bytes were kept
+        ("problem", pa.string()),  # why it is corrupt
+    ]
+)
+
+
+def store_relpath(sha256: str, fmt: str | None) -> str:
+    return f"{sha256[:2]}/{sha256}.{extension(fmt)}"
+
+
+class ImageStore:
+    """Content-addressed files; writing the same content twice is a no-op."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def put(self, sha256: str, fmt: str | None, data: bytes) -> str:
+        rel = store_relpath(sha256, fmt)
+        target = self.root / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        return rel
+
+
+def _embedded(files: list[Path]):
+    """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch.
+    Path-only entries are filtered out with Arrow compute, not looped over."""
+    for f in files:
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception:  # the reader has already quarantined an unreadable shard
+            continue
+        if "media" not in pf.schema_arrow.names:
+            continue
+        for batch in pf.iter_batches(batch_size=256, columns=["media"]):
+            items = pc.list_flatten(batch.column(0))
+            if len(items) == 0:
+                continue
+            data = pc.struct_field(items, "bytes")
+            keep = pc.is_valid(data)
+            if not pc.any(keep).as_py():
+                continue
+            data = pc.filter(data, keep)
+            paths = pc.filter(pc.struct_field(items, "path"), keep)
+            for path, blob in zip(paths.to_pylist(), data.to_pylist()):
+                key = path or f"sha256:{hashlib.sha256(blob).hexdigest()}"
+                yield key, blob
+
+
+class PathResolver:
+    """Find a referenced relative path under an image folder, or inside image zips (entries may
+    carry one extra leading folder, e.g. `images/MathV360K/...`)."""
+
+    def __init__(self, root: Path | None, zips: list[Path], limits: ZipLimits):
+        self.root, self.limits = root, limits
+        self.index: dict[str, tuple[Path, zipfile.ZipInfo]] = {}
+        self.rejected: list[Rejection] = []
+        for z in zips:
+            scan = scan_zip(z, limits)
+            if scan.archive_error:
+                self.rejected.append(Rejection(DATASET, "unpack", z.name, scan.archive_error))
+            for entry, reason in scan.refused:
+                self.rejected.append(Rejection(DATASET, "unpack", f"{z.name}!{entry}", reason))
+            for info in scan.entries.values():
+                name = info.filename
+                self.index.setdefault(name, (z, info))
+                parts = PurePosixPath(name).parts
+                if len(parts) > 1:
+                    self.index.setdefault(str(PurePosixPath(*parts[1:])), (z, info))
+        self._open: dict[Path, zipfile.ZipFile] = {}
+
+    def read(self, ref: str) -> tuple[bytes | None, str | None]:
+        """(bytes, problem); (None, None) when the reference is simply not found."""
+        if self.root is not None and not ref.startswith("sha256:") and is_within(self.root, ref):
+            candidate = self.root / ref
+            if candidate.is_file():
+                size = candidate.stat().st_size
+                if size > self.limits.max_entry_bytes:
+                    return None, f"{size} bytes exceeds the {self.limits.max_entry_bytes}-byte limit"
+                return candidate.read_bytes(), None
+        hit = self.index.get(ref)
+        if hit is None:
+            return None, None
+        z, info = hit
+        if z not in self._open:
+            self._open[z] = zipfile.ZipFile(z)
+        try:
+            return read_entry(self._open[z], info, self.limits), None
+        except Exception as exc:  # a damaged entry is a corrupt image, not a crash
+            return None, f"unreadable zip entry: {exc}"
+
+    def close(self) -> None:
+        for zf in self._open.values():
+            zf.close()
+
+
+def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore) -> dict:
+    row = {"image_key": key, "origin": origin, "sha256": None, "bytes": None, "width": None,
+           "height": None, "format": None, "status": "unresolved", "store_path": None, "problem": None}
+    if data is None and problem is None:
+        return row
+    if data is not None:
+        row["sha256"] = hashlib.sha256(data).hexdigest()
+        row["bytes"] = len(data)
+        row["width"], row["height"], row["format"], problem = inspect_image(data)
+    if problem is None:
+        row["status"] = "ok"
+        row["store_path"] = store.put(row["sha256"], row["format"], data)
+    else:
+        row["status"], row["problem"] = "corrupt", problem
+    return row
+
+
+def inventory_prm_images(
+    refs: set[str],
+    parquet_files: list[Path],
+    image_root: Path | None,
+    image_zips: list[Path],
+    limits: ZipLimits,
+    store: ImageStore,
+) -> tuple[pa.Table, list[Rejection]]:
+    rows: dict[str, dict] = {}
+    rejected: list[Rejection] = []
+    for key, data in _embedded(parquet_files):
+        if key in rows:
+            continue
+        rows[key] = _row(key, "embedded", data, None, store)
+    resolver = PathResolver(image_root, image_zips, limits)
+    rejected.extend(resolver.rejected)
+    try:
+        for ref in sorted(refs - rows.keys()):
+            data, problem = resolver.read(ref)
+            rows[ref] = _row(ref, "path", data, problem, store)
+    finally:
+        resolver.close()
+    for row in rows.values():
+        if row["status"] == "corrupt":
+            rejected.append(Rejection(DATASET, "decode", row["image_key"], row["problem"]))
+    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["image_key"]), schema=PRM_IMAGES_SCHEMA)
+    return table, rejected
