@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -164,3 +165,28 @@ def snapshot_from_layout(
         lines = ", ".join(expect[m] for m in missing)
         raise SourceError(f"{source} source at {root} is missing: {lines}")
     return RawSnapshot(source=source, root=str(root), files=tuple(files), revisions=dict(revisions or {}))
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Write via a temporary file and os.replace; leave the file alone (and its mtime) if unchanged."""
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True

@@ -46,9 +46,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import random
-import tempfile
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -65,6 +63,7 @@ from pipeline.sources.base import (
     ChecksumCache,
     RawSnapshot,
     snapshot_from_layout,
+    write_if_changed,
 )
 
 SAMPLE_VERSION = "1"
@@ -650,31 +649,6 @@ def _dump_json(obj) -> bytes:
 # Files
 
 
-def _write_atomic(path: Path, data: bytes) -> bool:
-    """Write via a temporary file and os.replace; leave the file alone (and its mtime) if unchanged."""
-    try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            return False
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return True
-
-
 def _facts(plan: _Plan) -> SampleFacts:
     names = [spec.name for spec in plan.images]
     by_kind = {spec.kind: spec.name for spec in plan.images}
@@ -726,9 +700,9 @@ def write_sample(root: Path) -> SampleFacts:
 
     annotation_dir = root / ANNOTATION_DIR
     for task in MMRB2_TASKS:
-        _write_atomic(annotation_dir / f"{task}_response_only.json", _dump_json({"pairs": plan.tasks[task]}))
-    _write_atomic(annotation_dir / NEW_TASK_FILE, _dump_json({"pairs": plan.new_task}))
-    _write_atomic(root / IMAGE_DIR / ZIP_NAME, _zip_bytes(_render_images(plan)))
+        write_if_changed(annotation_dir / f"{task}_response_only.json", _dump_json({"pairs": plan.tasks[task]}))
+    write_if_changed(annotation_dir / NEW_TASK_FILE, _dump_json({"pairs": plan.new_task}))
+    write_if_changed(root / IMAGE_DIR / ZIP_NAME, _zip_bytes(_render_images(plan)))
     return facts
 
 

@@ -88,9 +88,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from fractions import Fraction
@@ -100,6 +98,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image, ImageChops, ImageDraw, ImageFont
+
+from pipeline.sources.base import write_if_changed
+from pipeline.visualprm.export import PRM_SYSTEM_PROMPT
 
 VISUALPRM_SAMPLE_VERSION = "1"
 PARQUET_RELPATH = "mm-eval/VisualPRM400K/data/train-00000-of-00001.parquet"
@@ -113,23 +114,7 @@ ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
 JPEG_QUALITY = 82
 NUM_MC_SEQUENCES = 16
 
-# InternVL's PRM system prompt, verbatim from OpenGVLab/InternVL
-# tools/reasoning_data_pipeline/utils/constants.py (PRM_SYSTEM_PROMPT, used by item2conv_prm in
-# visualprm_data_pipeline_postprocess.py): the first turn of every conversation.
-PRM_SYSTEM_PROMPT = """You are an advanced AI assistant, designed to serve as a process supervision model. In this task, I will provide a problem statement followed by the first step of the solution process. For each subsequent turn, I will give you a new step in the solution. Your role is to assess whether the solution process is correct up to the current step.
-
-- In the **first round**, I will input the problem and the first step of the solution process.
-- In **each subsequent round**, I will provide the next step in the solution.
-
-For each step, you should:
-
-- Respond with **"+"** if you believe the solution process is correct up to this step.
-- Respond with **"-"** if you detect any issues or errors in the process up to this step.
-
-Please note:
-- Only respond with **"+"** or **"-"**. Do not provide any additional explanations, comments, or justifications.
-
-Your task is to verify the accuracy and correctness of each step in the given solution process."""
+# InternVL's PRM system prompt (PRM_SYSTEM_PROMPT, imported above) opens every conversation.
 
 # Pinned by the seed; write_visualprm_sample checks that the plan still puts them there.
 EXACT_DUPLICATE_PATHS = ("MathV360K/data_images/34384.jpg", "MathV360K/data_images/16422.jpg")
@@ -1363,31 +1348,6 @@ def _render_images() -> dict[str, bytes]:
 # Files
 
 
-def _write_atomic(path: Path, data: bytes) -> bool:
-    """Write via a temporary file and os.replace; leave the file alone (and its mtime) if unchanged."""
-    try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
-            return False
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return True
-
-
 MEDIA_TYPE = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
 # What a Hugging Face parquet export carries in its schema metadata: the `datasets` features.
 _HF_FEATURES = {
@@ -1480,7 +1440,7 @@ def write_visualprm_sample(root: Path) -> VisualPRMSampleFacts:
     """Write root/PARQUET_RELPATH; identical bytes on every call, untouched when already right."""
     plan = _plan()
     _check(plan)
-    _write_atomic(Path(root) / PARQUET_RELPATH, _parquet_bytes(plan))
+    write_if_changed(Path(root) / PARQUET_RELPATH, _parquet_bytes(plan))
     return _facts(plan)
 
 
@@ -1572,9 +1532,9 @@ def write_internvl_jsonl_sample(root: Path) -> VisualPRMSampleFacts:
         raise AssertionError(f"sample plan drifted: unresolved image {unresolved}")
     pixels = _render_images()
     for rel, data in files.items():
-        _write_atomic(root / rel, data)
+        write_if_changed(root / rel, data)
     for path, where in placement.items():
         if where == "loose":
-            _write_atomic(root / JSONL_IMAGE_DIR / path, pixels[path])
-    _write_atomic(root / JSONL_IMAGE_ZIP, _zip_bytes({p: pixels[p] for p, w in placement.items() if w == "zip"}))
+            write_if_changed(root / JSONL_IMAGE_DIR / path, pixels[path])
+    write_if_changed(root / JSONL_IMAGE_ZIP, _zip_bytes({p: pixels[p] for p, w in placement.items() if w == "zip"}))
     return facts
