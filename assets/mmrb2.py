@@ -45,7 +45,12 @@ def mmrb2_annotations(rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict
     out = rewardhouse.layout().staging / "mmrb2_annotations" / staging_key(snapshot)
     paths = write_staged(out, tables)
     return dg.Output(
-        {"tables": paths, "response_images": sorted(parsed.response_images()), "prompt_images": sorted(parsed.prompt_images())},
+        {
+            "present": snapshot is not None,
+            "tables": paths,
+            "response_images": sorted(parsed.response_images()),
+            "prompt_images": sorted(parsed.prompt_images()),
+        },
         metadata={**row_counts(tables), "staged": dg.MetadataValue.path(str(out))},
     )
 

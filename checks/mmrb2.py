@@ -9,9 +9,11 @@ import pyarrow.parquet as pq
 
 @dg.asset_check(asset="mmrb2_annotations", blocking=True, description="pair ids are unique and chosen is A or B")
 def mmrb2_pairs_well_formed(mmrb2_annotations: dict) -> dg.AssetCheckResult:
+    if not mmrb2_annotations.get("present", True):
+        return dg.AssetCheckResult(passed=True, metadata={"absent": True})
     pairs = pq.read_table(mmrb2_annotations["tables"]["mmrb2_pairs"], columns=["pair_id", "chosen", "task"])
     duplicates = pairs.num_rows - len(pc.unique(pairs["pair_id"]))
-    bad_chosen = pairs.num_rows - pc.sum(pc.is_in(pairs["chosen"], value_set=pa.array(["A", "B"]))).as_py()
+    bad_chosen = pairs.num_rows - (pc.sum(pc.is_in(pairs["chosen"], value_set=pa.array(["A", "B"]))).as_py() or 0)
     per_task = {t["task"]: t["count"] for t in pairs.group_by("task").aggregate([("task", "count")]).rename_columns(["task", "count"]).to_pylist()}
     return dg.AssetCheckResult(
         passed=pairs.num_rows > 0 and duplicates == 0 and bad_chosen == 0,

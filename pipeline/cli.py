@@ -83,11 +83,11 @@ def cmd_run(args) -> int:
 
 
 def _connect_readonly(layout: Layout):
-    import duckdb
+    from warehouse.duck import connect_readonly
 
     if not layout.warehouse.is_file():
         raise FileNotFoundError(f"no warehouse at {layout.warehouse}; run `rewardhouse run` first")
-    return duckdb.connect(str(layout.warehouse), read_only=True)
+    return connect_readonly(layout.warehouse)
 
 
 def cmd_releases(args) -> int:

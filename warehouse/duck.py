@@ -33,6 +33,21 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+# DuckDB 2 dropped avg() over BOOLEAN; `avg(label = '+')` is the natural way to ask for a positive
+# rate, so reader sessions get it back. Every other argument type passes straight to the built-in.
+_SESSION_MACROS = (
+    "create or replace temp macro avg(x BOOLEAN) as system.main.avg(x::double), (x) as system.main.avg(x)",
+)
+
+
+def connect_readonly(db_path: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only session on the warehouse, with the reader conveniences above."""
+    con = duckdb.connect(str(db_path), read_only=True)
+    for statement in _SESSION_MACROS:
+        con.execute(statement)
+    return con
+
+
 def warehouse_release(db_path: Path) -> str | None:
     """The release the warehouse's `main` views point at, or None when absent/unreadable."""
     if not db_path.is_file():

@@ -85,11 +85,13 @@ def _embedded(files: list[Path]):
 
 
 class PathResolver:
-    """Find a referenced relative path under an image folder, or inside image zips (entries may
-    carry one extra leading folder, e.g. `images/MathV360K/...`)."""
+    """Find a referenced relative path under the dataset folder or its `images/` subfolder (the
+    upstream InternVL layout keeps images beside `annotations/`), or inside image zips (entries
+    may carry one extra leading folder, e.g. `images/MathV360K/...`)."""
 
     def __init__(self, root: Path | None, zips: list[Path], limits: ZipLimits):
-        self.root, self.limits = root, limits
+        self.bases = [root, root / "images"] if root is not None else []
+        self.limits = limits
         self.index: dict[str, tuple[Path, zipfile.ZipInfo]] = {}
         self.rejected: list[Rejection] = []
         for z in zips:
@@ -108,9 +110,9 @@ class PathResolver:
 
     def read(self, ref: str) -> tuple[bytes | None, str | None]:
         """(bytes, problem); (None, None) when the reference is simply not found."""
-        if self.root is not None and not ref.startswith("sha256:") and is_within(self.root, ref):
-            candidate = self.root / ref
-            if candidate.is_file():
+        for base in self.bases if not ref.startswith("sha256:") else []:
+            candidate = base / ref
+            if is_within(base, ref) and candidate.is_file():
                 size = candidate.stat().st_size
                 if size > self.limits.max_entry_bytes:
                     return None, f"{size} bytes exceeds the {self.limits.max_entry_bytes}-byte limit"

@@ -1,0 +1,47 @@
+"""VisualPRM image inventory: embedded bytes, folder and zip resolution, hostile references."""
+
+import zipfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from conftest import stand_in_jpeg
+from pipeline.settings import ZipLimits
+from pipeline.visualprm.images import ImageStore, inventory_prm_images
+
+MEDIA = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+
+
+def shard(path, media_rows):
+    pq.write_table(pa.table({"id": [str(i) for i in range(len(media_rows))], "messages": ["[]"] * len(media_rows),
+                             "media": pa.array(media_rows, type=MEDIA)}), path)
+    return path
+
+
+def test_embedded_folder_zip_unresolved_and_corrupt(tmp_path):
+    a, b, c = stand_in_jpeg(1), stand_in_jpeg(2), stand_in_jpeg(3)
+    s = shard(tmp_path / "train-0.parquet", [
+        [{"bytes": a, "path": "src/a.jpg"}], [{"bytes": a, "path": "src/a.jpg"}],  # two rollouts, one image
+        [{"bytes": None, "path": "src/b.jpg"}], [{"bytes": b"\xff\xd8broken", "path": "src/bad.jpg"}],
+        [{"bytes": c, "path": None}],  # embedded without a path: keyed by content
+    ])
+    root = tmp_path / "ds"
+    (root / "images" / "src").mkdir(parents=True)
+    (root / "images" / "src" / "b.jpg").write_bytes(b)
+    with zipfile.ZipFile(root / "more.zip", "w") as zf:
+        zf.writestr("images/src/z.jpg", c)
+    (tmp_path / "secret.jpg").write_bytes(a)
+    refs = {"src/a.jpg", "src/b.jpg", "src/bad.jpg", "src/z.jpg", "src/none.jpg", "../secret.jpg", "/etc/passwd"}
+    store = ImageStore(tmp_path / "store")
+    table, rejected = inventory_prm_images(refs, [s], root, [root / "more.zip"], ZipLimits(), store)
+    rows = {r["image_key"]: r for r in table.to_pylist()}
+    assert (rows["src/a.jpg"]["origin"], rows["src/a.jpg"]["status"]) == ("embedded", "ok")
+    assert (rows["src/b.jpg"]["origin"], rows["src/b.jpg"]["status"]) == ("path", "ok")
+    assert rows["src/z.jpg"]["status"] == "ok" and rows["src/z.jpg"]["sha256"] == rows[next(k for k in rows if k.startswith("sha256:"))]["sha256"]
+    assert rows["src/bad.jpg"]["status"] == "corrupt"
+    assert rows["src/none.jpg"]["status"] == "unresolved"
+    assert rows["../secret.jpg"]["status"] == rows["/etc/passwd"]["status"] == "unresolved"  # never read outside the root
+    assert [(r.stage, r.record_key) for r in rejected] == [("decode", "src/bad.jpg")]
+    # content-addressed: the shared image is stored once
+    stored = sorted(p.name for p in (tmp_path / "store").rglob("*.jpg"))
+    assert len(stored) == 3 and rows["src/a.jpg"]["store_path"].endswith(rows["src/a.jpg"]["sha256"] + ".jpg")
