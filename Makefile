@@ -26,6 +26,7 @@ dev: bootstrap
 
 bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_mmrb2_images.py
+	$(UV) run --frozen python tests/benchmarks/bench_visualprm_parse.py
 
 validate: bootstrap
 	$(UV) run --frozen dagster definitions validate

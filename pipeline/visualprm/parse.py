@@ -52,40 +52,49 @@ where not valid_json
    or jtype not in ('ARRAY', 'OBJECT')
    or (jtype = 'OBJECT' and coalesce(json_type(messages, '$.steps_with_score'), '') <> 'ARRAY');
 
--- Conversations: one row per turn.
-create or replace temp table prm_turns as
-select r.sample_id, r.row_order, t.turn_idx - 1 as turn_idx, json_type(t.e) as etype,
-       case when (t.e->'from') is not null or (t.e->'value') is not null then 'internvl'
-            when (t.e->'role') is not null or (t.e->'content') is not null then 'chat' end as style,
-       lower(coalesce(t.e->>'from', t.e->>'role')) as role_raw,
-       case when json_type(t.e->'value') = 'VARCHAR' then t.e->>'value'
-            when json_type(t.e->'content') = 'VARCHAR' then t.e->>'content'
-            when json_type(t.e->'content') = 'ARRAY'
-                 then array_to_string(list_filter(json_extract_string(t.e, '$.content[*].text'), lambda x: x is not null), '')
-       end as text
-from prm_rows r, unnest(json_extract(r.messages, '$[*]')) with ordinality as t(e, turn_idx)
-where r.valid_json and r.jtype = 'ARRAY';
-
+-- Conversations: one row per turn. Each document is parsed once, into structs; a turn that is
+-- not an object comes out as all-null fields. Leading system turns are counted, so a turn's
+-- position `n` in the dialogue needs no window.
 create or replace temp table prm_dialog as
+with conv as (
+    select sample_id, row_order,
+           json_transform(messages, '[{"from": "VARCHAR", "value": "VARCHAR", "role": "VARCHAR", "content": "JSON"}]') as turns
+    from prm_rows where valid_json and jtype = 'ARRAY'
+), flat as (
+    select sample_id, row_order,
+           len(list_filter(turns, lambda t: lower(coalesce(t."from", t.role)) = 'system')) as n_system,
+           unnest(turns) as e, generate_subscripts(turns, 1) - 1 as turn_idx
+    from conv
+), fields as (
+    select sample_id, row_order, n_system, turn_idx,
+           case when e."from" is not null or e.value is not null then 'internvl'
+                when e.role is not null or e.content is not null then 'chat' end as style,
+           lower(coalesce(e."from", e.role)) as role_raw,
+           coalesce(e.value,
+                    case json_type(e.content)
+                        when 'VARCHAR' then e.content->>'$'
+                        when 'ARRAY' then array_to_string(
+                            list_filter(json_extract_string(e.content, '$[*].text'), lambda x: x is not null), '')
+                    end) as text
+    from flat
+)
 select *, case when role_raw = 'system' then 'system'
                when role_raw in ('human', 'user') then 'user'
                when role_raw in ('gpt', 'assistant') then 'assistant' end as role,
-       row_number() over (partition by sample_id, row_order, (role_raw = 'system') order by turn_idx) as n
-from prm_turns;
+       turn_idx + 1 - n_system as n
+from fields;
 
 insert into prm_problems
 select sample_id, row_order, 2,
-       case when etype <> 'OBJECT' then 'turn ' || turn_idx || ' is not an object'
-            when style is null then 'turn ' || turn_idx || ' has neither from/value nor role/content'
-            when role is null then 'turn ' || turn_idx || ' has unknown role ' || coalesce('''' || role_raw || '''', 'null')
+       case when style is null then 'turn ' || turn_idx || ' is not a {from, value} or {role, content} object'
+            when role is null then 'turn ' || turn_idx || ' has unknown role ' || coalesce(chr(39) || role_raw || chr(39), 'null')
             when text is null then 'turn ' || turn_idx || ' has no text'
             when role = 'system' then 'system turn ' || turn_idx || ' inside the conversation'
             when role = 'user' then 'step ' || ((n - 2) // 2) || ' has no label'
             else 'label at turn ' || turn_idx || ' follows no step' end
-from (select *, min(case when role <> 'system' then turn_idx end) over (partition by sample_id, row_order) as first_dialog
-      from prm_dialog)
-where etype <> 'OBJECT' or style is null or role is null or text is null
-   or (role = 'system' and turn_idx > first_dialog)
+from prm_dialog
+where style is null or role is null or text is null
+   or (role = 'system' and turn_idx >= n_system)
    or (role = 'user' and n % 2 = 0) or (role = 'assistant' and n % 2 = 1);
 
 insert into prm_problems
@@ -137,7 +146,9 @@ select sample_id, row_order, arg_min(reason, rank) as reason
 from prm_problems group by all;
 
 create or replace temp table prm_good as
-select r.* from prm_rows r anti join prm_rejected x on r.row_order = x.row_order;
+select r.sample_id, r.source_hint, r.image_refs, r.row_order, r.jtype,
+       case when r.jtype = 'OBJECT' then r.messages end as messages  -- only the raw form is read again
+from prm_rows r anti join prm_rejected x on r.row_order = x.row_order;
 
 -- Steps of the good rows, both families.
 create or replace temp table prm_steps_all as
