@@ -53,6 +53,8 @@ def cmd_run(args) -> int:
     config = {"source": args.source, "home": str(layout.root)}
     if args.path:
         config["local_path"] = str(Path(args.path).expanduser().resolve())
+    if args.prm_label_threshold is not None:
+        config["prm_label_threshold"] = args.prm_label_threshold
     job = defs.resolve_job_def("refresh")
     with dg.DagsterInstance.get() as instance:
         result = job.execute_in_process(
@@ -174,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="materialize every asset and publish a release")
     run.add_argument("--source", choices=("sample", "local", "hf"), default=os.environ.get("REWARDHOUSE_SOURCE", "sample"))
     run.add_argument("--path", help="for --source local: a folder mirroring the upstream layout")
+    run.add_argument("--prm-label-threshold", type=float, default=None,
+                     help="VisualPRM raw form: a step is '+' iff its Monte-Carlo score is above this (default 0.0)")
     run.add_argument("-v", "--verbose", action="store_true", help="stream Dagster's event log to the terminal")
     run.set_defaults(func=cmd_run)
 

@@ -38,4 +38,5 @@ def default_resource() -> RewardhouseResource:
         source=os.environ.get("REWARDHOUSE_SOURCE", "sample"),
         local_path=os.environ.get("REWARDHOUSE_LOCAL_PATH") or None,
         home=os.environ.get("REWARDHOUSE_HOME") or None,
+        prm_label_threshold=float(os.environ.get("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0")),
     )

@@ -166,3 +166,16 @@ def test_local_parquet_form_resolves_path_only_images_from_the_dataset_folder(tm
     assert main(["run", "--source", "local", "--path", str(tmp_path / "m")]) == 0
     capsys.readouterr()
     assert q(home, f"select origin, status, width, height from prm_images where image_key = '{ref}'") == [("path", "ok", 9, 7)]
+
+
+def test_label_threshold_setting_relabels_raw_steps_and_makes_a_new_release(release, tmp_path, monkeypatch, capsys):
+    root, _ = release
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(root))
+    monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
+    before = q(root, "select count(*) from prm_steps where label = '+' and mc_score is not null")[0][0]
+    assert main(["run", "--prm-label-threshold", "0.5"]) == 0
+    assert "published" in capsys.readouterr().out
+    after = q(root, "select count(*) from prm_steps where label = '+' and mc_score is not null")[0][0]
+    wrong = q(root, "select count(*) from prm_steps where mc_score is not null and (label = '+') <> (mc_score > 0.5)")
+    assert after < before and wrong == [(0,)]
+    assert q(root, "select count(*) from releases") == [(2,)]
