@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import imagehash
+import numpy as np
 import pytest
 from PIL import Image, ImageChops, ImageFile, ImageStat
 
@@ -158,6 +160,14 @@ def test_facts_values(facts):
     assert facts.missing_image == sample.MISSING_IMAGE
     assert facts.near_duplicates == sample.NEAR_DUPLICATE_IMAGES
     assert facts.exact_duplicates == sample.EXACT_DUPLICATE_IMAGES
+    assert facts.cropped_copy == sample.CROPPED_COPY
+    assert facts.brightened_copy == sample.BRIGHTENED_COPY
+    assert sample.PLANTED_NEAR_PAIRS == (
+        facts.near_duplicates,
+        facts.exact_duplicates,
+        facts.cropped_copy,
+        facts.brightened_copy,
+    )
     assert facts == sample.sample_facts()
 
 
@@ -358,3 +368,49 @@ def test_fetch_sample_returns_a_snapshot_of_all_roles(tmp_path):
 
     again = fetch_sample(tmp_path / "raw", ChecksumCache(tmp_path / "cache" / "checksums.json"))
     assert again.checksums() == snap.checksums()
+
+
+# -- perceptual near-duplicates -----------------------------------------------------------------
+
+
+def _phash_bits(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        return imagehash.phash(im).hash.flatten()
+
+
+def _pair_id(name: str) -> str:
+    return name.rsplit("_", 1)[0]  # the image name without its "_{k}.jpg"
+
+
+def test_planted_copies_are_within_phash_distance_6(facts, zip_entries):
+    image = {entry.removeprefix("images/"): data for entry, data in zip_entries.items()}
+    distances = {}
+    for original, copy in sample.PLANTED_NEAR_PAIRS:
+        assert original != copy
+        bits = _phash_bits(image[original]), _phash_bits(image[copy])
+        distances[copy] = int((bits[0] != bits[1]).sum())
+        assert distances[copy] <= 6, (original, copy, distances[copy])
+    assert distances[facts.exact_duplicates[1]] == 0
+    for original, copy in (facts.exact_duplicates, facts.cropped_copy, facts.brightened_copy):
+        assert _pair_id(original) != _pair_id(copy), "the copy sits under another pair's name"
+
+    with Image.open(io.BytesIO(image[facts.cropped_copy[0]])) as a, Image.open(io.BytesIO(image[facts.cropped_copy[1]])) as b:
+        assert image[facts.cropped_copy[0]] != image[facts.cropped_copy[1]]
+        for full, cut in zip(a.size, b.size):  # about 4-6 % off each side
+            assert 0.035 <= (full - cut) / 2 / full <= 0.065, (a.size, b.size)
+    with Image.open(io.BytesIO(image[facts.brightened_copy[0]])) as a, Image.open(io.BytesIO(image[facts.brightened_copy[1]])) as b:
+        assert a.size == b.size and image[facts.brightened_copy[0]] != image[facts.brightened_copy[1]]
+        gain = ImageStat.Stat(b.convert("L")).mean[0] / ImageStat.Stat(a.convert("L")).mean[0]
+        assert 1.08 <= gain <= 1.18, gain  # +12-18 %, a little less where bright pixels clip at 255
+
+
+def test_no_other_two_images_are_near_in_phash(facts, zip_entries):
+    names = sorted(e.removeprefix("images/") for e in zip_entries if e != f"images/{facts.corrupt_image}")
+    bits = np.array([_phash_bits(zip_entries[f"images/{n}"]) for n in names])
+    dist = (bits[:, None, :] != bits[None, :, :]).sum(axis=-1)
+    index = {n: i for i, n in enumerate(names)}
+    unrelated = np.triu(np.ones(dist.shape, dtype=bool), k=1)
+    for a, b in sample.PLANTED_NEAR_PAIRS:
+        unrelated[index[a], index[b]] = unrelated[index[b], index[a]] = False
+    close = [(names[i], names[j], int(dist[i, j])) for i, j in np.argwhere(unrelated & (dist < 14))]
+    assert not close, close

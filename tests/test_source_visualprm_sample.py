@@ -12,12 +12,15 @@ import zipfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import imagehash
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image, ImageChops, ImageFile, ImageStat
 
 from pipeline.settings import REPO_ROOT
+from pipeline.sources import sample as mmrb2
 from pipeline.sources import visualprm_sample as vs
 from pipeline.sources.visualprm_sample import (
     PARQUET_RELPATH,
@@ -449,6 +452,113 @@ def test_images_look_like_content(rows):
         assert colours is None or len(colours) >= 2, f"{path} is a flat fill"  # line drawings have two
         rich += colours is None or len(colours) >= 64
     assert rich >= len(_embedded(rows)) // 2, "most pictures have gradients, shapes and grain"
+
+
+# -- perceptual near-duplicates, contamination, the duplicate sample ------------------------------
+
+
+def _phash_bits(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        return imagehash.phash(im).hash.flatten()
+
+
+def _distance(a: bytes, b: bytes) -> int:
+    return int((_phash_bits(a) != _phash_bits(b)).sum())
+
+
+def _group_of(rows, path: str) -> set[str]:
+    """The (image, question) groups, by id prefix, of the rows showing `path`."""
+    return {sid.rsplit("_", 1)[0] for sid, r in rows.items() if path in [m["path"] for m in r["media"]]}
+
+
+@pytest.fixture(scope="module")
+def mmrb2_images(tmp_path_factory) -> dict[str, bytes]:
+    """The decodable images of the MMRB2 sample, as its image.zip holds them."""
+    root = tmp_path_factory.mktemp("mmrb2")
+    facts = mmrb2.write_sample(root)
+    with zipfile.ZipFile(root / "facebook/MMRB2_image/image.zip") as zf:
+        images = {i.filename.removeprefix("images/"): zf.read(i) for i in zf.infolist()}
+    del images[facts.corrupt_image]
+    return images
+
+
+def test_planted_near_pairs_are_within_phash_distance_6(rows):
+    images = _embedded(rows)
+    assert vs.PLANTED_NEAR_PAIRS == (vs.EXACT_DUPLICATE_PATHS, vs.NEAR_DUPLICATE_PATHS, vs.CROPPED_COPY, vs.BRIGHTENED_COPY)
+    for original, copy in vs.PLANTED_NEAR_PAIRS:
+        assert original in images and copy in images, "planted pairs are embedded"
+        assert len(_group_of(rows, original) | _group_of(rows, copy)) == 2, "the copy shows in another group"
+        assert _distance(images[original], images[copy]) <= 6, (original, copy)
+    assert _distance(*(images[p] for p in vs.EXACT_DUPLICATE_PATHS)) == 0
+
+    original, copy = vs.CROPPED_COPY
+    with Image.open(io.BytesIO(images[original])) as a, Image.open(io.BytesIO(images[copy])) as b:
+        assert images[original] != images[copy]
+        for full, cut in zip(a.size, b.size):  # about 4-6 % off each side
+            assert 0.035 <= (full - cut) / 2 / full <= 0.065, (a.size, b.size)
+    original, copy = vs.BRIGHTENED_COPY
+    with Image.open(io.BytesIO(images[original])) as a, Image.open(io.BytesIO(images[copy])) as b:
+        assert a.size == b.size and images[original] != images[copy]
+        gain = ImageStat.Stat(b.convert("L")).mean[0] / ImageStat.Stat(a.convert("L")).mean[0]
+        assert 1.08 <= gain <= 1.18, gain
+
+
+def test_contaminated_image_is_an_embedded_near_copy_of_an_mmrb2_picture(rows, mmrb2_images):
+    path, name = vs.CONTAMINATED
+    images = _embedded(rows)
+    assert path in images and name in mmrb2_images
+    assert len(_group_of(rows, path)) == 1, "one (image, question) group shows it"
+    users = [r for r in rows.values() if path in [m["path"] for m in r["media"]]]
+    assert len(users) >= 3 and all(m["bytes"] == images[path] for r in users for m in r["media"])
+    assert images[path] != mmrb2_images[name]
+    with Image.open(io.BytesIO(images[path])) as a, Image.open(io.BytesIO(mmrb2_images[name])) as b:
+        assert a.format == "JPEG" and a.size != b.size
+        assert all(0.85 * big <= small <= 0.95 * big for small, big in zip(a.size, b.size))
+    assert _distance(images[path], mmrb2_images[name]) <= 6
+    assert name not in {n for pair in mmrb2.PLANTED_NEAR_PAIRS for n in pair}
+
+
+def test_no_other_two_images_of_both_samples_are_near_in_phash(rows, mmrb2_images):
+    images = {f"visualprm:{p}": d for p, d in _embedded(rows).items() if p != vs.CORRUPT_IMAGE_PATH}
+    images.update({f"mmrb2:{n}": d for n, d in mmrb2_images.items()})
+    names = sorted(images)
+    bits = np.array([_phash_bits(images[n]) for n in names])
+    dist = (bits[:, None, :] != bits[None, :, :]).sum(axis=-1)
+    index = {n: i for i, n in enumerate(names)}
+    planted = [(f"visualprm:{a}", f"visualprm:{b}") for a, b in vs.PLANTED_NEAR_PAIRS]
+    planted += [(f"mmrb2:{a}", f"mmrb2:{b}") for a, b in mmrb2.PLANTED_NEAR_PAIRS]
+    planted += [(f"visualprm:{vs.CONTAMINATED[0]}", f"mmrb2:{vs.CONTAMINATED[1]}")]
+    unrelated = np.triu(np.ones(dist.shape, dtype=bool), k=1)
+    for a, b in planted:
+        assert dist[index[a], index[b]] <= 6, (a, b)
+        unrelated[index[a], index[b]] = unrelated[index[b], index[a]] = False
+    close = [(names[i], names[j], int(dist[i, j])) for i, j in np.argwhere(unrelated & (dist < 14))]
+    assert not close, close
+    assert len(names) >= 100
+
+
+def test_exactly_one_duplicate_sample(table, rows, expected):
+    kept, dup = vs.DUPLICATE_SAMPLE_IDS
+    ids = table.column("id").to_pylist()
+    assert kept != dup and ids.index(kept) < ids.index(dup), "the duplicate comes later in the file"
+    a, b = expected[kept], expected[dup]
+    assert (a.image_refs, a.question, a.steps, a.labels) == (b.image_refs, b.question, b.steps, b.labels)
+    assert rows[kept]["media"] == rows[dup]["media"] and rows[kept]["media"][0]["bytes"] is not None
+    pa_, pb = _parse(rows[kept]["messages"]), _parse(rows[dup]["messages"])
+    assert (pa_["question"], pa_["steps"], pa_["labels"]) == (pb["question"], pb["steps"], pb["labels"])
+
+    # nowhere else: the same picture (by bytes where embedded), question and steps
+    def picture(sid: str) -> tuple:
+        return tuple(
+            hashlib.sha256(m["bytes"]).hexdigest() if m["bytes"] is not None else m["path"] for m in rows[sid]["media"]
+        )
+
+    seen = defaultdict(list)
+    for sid, e in expected.items():
+        seen[(picture(sid), e.question, e.steps)].append(sid)
+    assert [sorted(v) for v in seen.values() if len(v) > 1] == [sorted(vs.DUPLICATE_SAMPLE_IDS)]
+    group = [e for sid, e in expected.items() if sid.rsplit("_", 1)[0] == kept.rsplit("_", 1)[0]]
+    assert len(group) >= 3 and len({e.steps for e in group}) == len(group) - 1
 
 
 # -- malformed rows -----------------------------------------------------------------------------

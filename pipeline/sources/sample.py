@@ -39,6 +39,15 @@ Planted faults and duplicates (names fixed by the seed; write_sample checks them
 - NEAR_DUPLICATE_IMAGES: the second is the first decoded, resized by a few pixels and re-encoded
   at another JPEG quality (different bytes, same picture).
 - EXACT_DUPLICATE_IMAGES: the second holds the very bytes of the first under another pair's name.
+- CROPPED_COPY: the second is the first decoded, cut by CROP_FRACTION of its width and height on
+  every side and re-encoded at another JPEG quality, under the name of a response of another pair.
+- BRIGHTENED_COPY: the second is the first decoded, brightened by BRIGHTEN_FACTOR and re-encoded,
+  under the name of a response of another pair.
+- PLANTED_NEAR_PAIRS lists all four pairs: each is within pHash (imagehash.phash, 64 bits) Hamming
+  distance 6 of its original (0 for the exact copy), while every other two decodable images of this
+  sample and of the VisualPRM sample (pipeline.sources.visualprm_sample) are at distance 14 or more;
+  tests/test_source_sample.py measures it. sample_image(name) hands the bytes of one zip image to
+  the VisualPRM sample, which plants a near-copy of one of them.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from PIL import Image, ImageChops, ImageDraw, ImageFont
+from PIL import Image, ImageChops, ImageDraw, ImageEnhance, ImageFont
 
 from pipeline.settings import MMRB2_TASKS
 from pipeline.sources.base import (
@@ -83,6 +92,18 @@ EXACT_DUPLICATE_IMAGES = (
     "chameleon_ef9a2d51-9f2c-41b1-bff9-857c56cd516e_1861549491225900207_gpt-imagen-agent_2414_gpt-image-agent_414_0.jpg",
     "chameleon_e5107129-7e4f-4a40-861b-4b6b11ab566b_-794683830333257013_gemini-2.0-flash_6552_gpt-gemini-agent_552_2.jpg",
 )
+CROPPED_COPY = (
+    "interleavedeval__2747862600049231019_gpt-imagen-agent_6797_gpt-gemini-agent_797_1.jpg",
+    "hq-edit_318_-2263586102388815385_gemini-2.5-flash_5508_flux-kontext_508_0.jpg",
+)
+BRIGHTENED_COPY = (
+    "wise_412_3591808398015666109_imagen3_5161_gemini-2.0-flash_161_0.jpg",
+    "isgbench_0412_-8328960670581685083_gemini-2.0-flash_2757_gemini-2.0-flash_757_1.jpg",
+)
+# every (original, copy) pair a near-duplicate search must find; no two other images come close
+PLANTED_NEAR_PAIRS = (NEAR_DUPLICATE_IMAGES, EXACT_DUPLICATE_IMAGES, CROPPED_COPY, BRIGHTENED_COPY)
+CROP_FRACTION = 0.05  # cut off each side of the cropped copy
+BRIGHTEN_FACTOR = 1.15  # +15% brightness
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,8 @@ class SampleFacts:
     names_with_colon: tuple[str, ...]  # image names (responses and prompts) containing a colon
     near_duplicates: tuple[str, ...] = ()
     exact_duplicates: tuple[str, ...] = ()
+    cropped_copy: tuple[str, ...] = ()  # (original, cropped and re-encoded copy)
+    brightened_copy: tuple[str, ...] = ()  # (original, brightened and re-encoded copy)
     prompt_images: tuple[str, ...] = ()  # distinct image names in new_task_release.json
 
 
@@ -111,8 +134,8 @@ class _ImageSpec:
     seed: int
     size: tuple[int, int]
     label: str
-    kind: str = "normal"  # normal | near_dup | exact_dup | corrupt | missing
-    of: str | None = None  # the original, for near_dup / exact_dup
+    kind: str = "normal"  # normal | near_dup | exact_dup | cropped | brightened | corrupt | missing
+    of: str | None = None  # the original, for near_dup / exact_dup / cropped / brightened
 
 
 @dataclass
@@ -326,6 +349,8 @@ _CORRUPT_AT = ("edit", 4, 1)
 _MISSING_AT = ("reasoning", 5, 2)
 _NEAR_DUP_AT = (("t2i", 2, 0), ("t2i", 2, 1))
 _EXACT_DUP_AT = (("interleaved", 1, 0), ("interleaved", 4, 2))
+_CROPPED_AT = (("interleaved", 5, 1), ("edit", 7, 0))  # (original, copy)
+_BRIGHTENED_AT = (("t2i", 3, 0), ("interleaved", 2, 1))
 
 _RESPONSE_SIZES = ((224, 224), (256, 192), (192, 256), (240, 180), (208, 208), (176, 232), (320, 180))
 _CROP_SIZES = ((160, 160), (200, 160), (160, 208), (192, 176), (176, 176))
@@ -532,6 +557,8 @@ def _plan() -> _Plan:
         at(_MISSING_AT): ("missing", None),
         at(_NEAR_DUP_AT[1]): ("near_dup", at(_NEAR_DUP_AT[0])),
         at(_EXACT_DUP_AT[1]): ("exact_dup", at(_EXACT_DUP_AT[0])),
+        at(_CROPPED_AT[1]): ("cropped", at(_CROPPED_AT[0])),
+        at(_BRIGHTENED_AT[1]): ("brightened", at(_BRIGHTENED_AT[0])),
     }
     images: list[_ImageSpec] = []
     for task in MMRB2_TASKS:
@@ -609,23 +636,45 @@ def _corrupt(data: bytes) -> bytes:
     return data[: dht + 40]
 
 
+_COPY_KINDS = ("exact_dup", "near_dup", "cropped", "brightened")
+
+
+def _copy(kind: str, original: bytes) -> bytes:
+    """A planted copy of an encoded original: the same picture in other bytes (or the same bytes)."""
+    if kind == "exact_dup":
+        return original
+    with Image.open(io.BytesIO(original)) as src:
+        src.load()
+        w, h = src.size
+        if kind == "near_dup":
+            return _encode(src.resize((w - 8, h - 6), Image.Resampling.LANCZOS), quality=72)
+        if kind == "cropped":
+            dx, dy = round(w * CROP_FRACTION), round(h * CROP_FRACTION)
+            return _encode(src.crop((dx, dy, w - dx, h - dy)), quality=75)
+        return _encode(ImageEnhance.Brightness(src).enhance(BRIGHTEN_FACTOR), quality=85)
+
+
 def _render_images(plan: _Plan) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    for spec in plan.images:  # originals come before their duplicates in plan order
-        if spec.kind == "missing":
+    for spec in plan.images:  # originals first, then the copies made from them
+        if spec.kind in ("missing", *_COPY_KINDS):
             continue
-        if spec.kind == "exact_dup":
-            out[spec.name] = out[spec.of]
-        elif spec.kind == "near_dup":
-            with Image.open(io.BytesIO(out[spec.of])) as src:
-                src.load()
-                w, h = src.size
-                out[spec.name] = _encode(src.resize((w - 8, h - 6), Image.Resampling.LANCZOS), quality=72)
-        elif spec.kind == "corrupt":
-            out[spec.name] = _corrupt(_encode(_picture(spec.seed, spec.size, spec.label)))
-        else:
-            out[spec.name] = _encode(_picture(spec.seed, spec.size, spec.label))
+        data = _encode(_picture(spec.seed, spec.size, spec.label))
+        out[spec.name] = _corrupt(data) if spec.kind == "corrupt" else data
+    for spec in plan.images:
+        if spec.kind in _COPY_KINDS:
+            out[spec.name] = _copy(spec.kind, out[spec.of])
     return out
+
+
+@lru_cache(maxsize=1)
+def _rendered() -> dict[str, bytes]:
+    return _render_images(_plan())
+
+
+def sample_image(name: str) -> bytes:
+    """The bytes the sample's image.zip holds for `name` (KeyError for a name it does not hold)."""
+    return _rendered()[name]
 
 
 def _zip_bytes(images: dict[str, bytes]) -> bytes:
@@ -654,6 +703,8 @@ def _facts(plan: _Plan) -> SampleFacts:
     by_kind = {spec.kind: spec.name for spec in plan.images}
     near = next(s for s in plan.images if s.kind == "near_dup")
     exact = next(s for s in plan.images if s.kind == "exact_dup")
+    cropped = next(s for s in plan.images if s.kind == "cropped")
+    brightened = next(s for s in plan.images if s.kind == "brightened")
     prompt = sorted(
         {name for e in plan.new_task for slot, name in e["prompt_content"] if slot == "image"}
     )
@@ -675,6 +726,8 @@ def _facts(plan: _Plan) -> SampleFacts:
         names_with_colon=tuple(sorted(n for n in set(names) if ":" in n)),
         near_duplicates=(near.of, near.name),
         exact_duplicates=(exact.of, exact.name),
+        cropped_copy=(cropped.of, cropped.name),
+        brightened_copy=(brightened.of, brightened.name),
         prompt_images=tuple(prompt),
     )
 
@@ -694,6 +747,8 @@ def write_sample(root: Path) -> SampleFacts:
         and facts.missing_image == MISSING_IMAGE
         and facts.near_duplicates == NEAR_DUPLICATE_IMAGES
         and facts.exact_duplicates == EXACT_DUPLICATE_IMAGES
+        and facts.cropped_copy == CROPPED_COPY
+        and facts.brightened_copy == BRIGHTENED_COPY
     )
     if not planted:  # the module constants document the names; keep them true
         raise AssertionError(f"sample plan drifted from its documented constants: {facts}")
@@ -702,7 +757,7 @@ def write_sample(root: Path) -> SampleFacts:
     for task in MMRB2_TASKS:
         write_if_changed(annotation_dir / f"{task}_response_only.json", _dump_json({"pairs": plan.tasks[task]}))
     write_if_changed(annotation_dir / NEW_TASK_FILE, _dump_json({"pairs": plan.new_task}))
-    write_if_changed(root / IMAGE_DIR / ZIP_NAME, _zip_bytes(_render_images(plan)))
+    write_if_changed(root / IMAGE_DIR / ZIP_NAME, _zip_bytes(_rendered()))
     return facts
 
 

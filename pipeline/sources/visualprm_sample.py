@@ -62,8 +62,19 @@ The parquet sample (`VisualPRMSampleFacts` / `ExpectedSample` carry the ground t
   (photos with grain, geometry diagrams, bar charts, CLEVR-like scenes, food webs, icon grids).
 - Planted image faults, all in embedded groups: EXACT_DUPLICATE_PATHS (the same bytes under two
   paths of two groups), NEAR_DUPLICATE_PATHS (the second is the first decoded, shrunk by a few
-  pixels and re-encoded), CORRUPT_IMAGE_PATH (a JPEG cut inside its Huffman tables: Pillow cannot
-  decode it, not even with ImageFile.LOAD_TRUNCATED_IMAGES).
+  pixels and re-encoded), CROPPED_COPY (CROP_FRACTION cut off every side, re-encoded),
+  BRIGHTENED_COPY (brightened by BRIGHTEN_FACTOR, re-encoded), each copy under a path of another
+  group; CORRUPT_IMAGE_PATH (a JPEG cut inside its Huffman tables: Pillow cannot decode it, not
+  even with ImageFile.LOAD_TRUNCATED_IMAGES).
+- Cross-dataset contamination: CONTAMINATED[0], the embedded image of one MathV360K group, is the
+  MMRB2 sample's picture CONTAMINATED[1] (rendered by pipeline.sources.sample.sample_image),
+  resized to CONTAMINATED_SCALE and re-encoded at another JPEG quality.
+- Perceptual hashes (imagehash.phash, 64 bits): every pair of PLANTED_NEAR_PAIRS and CONTAMINATED
+  is within Hamming distance 6 (the exact copy 0); any other two decodable images among the
+  embedded ones and the MMRB2 sample's are 14 or more apart.
+- One exact duplicate sample: DUPLICATE_SAMPLE_IDS are two rollouts of one embedded group with the
+  same steps and labels (the second later in the file); every other two rollouts of a group differ
+  in their steps.
 - Malformed rows (`facts.malformed`, id -> fault; not in `expected`), one fault each, the rest of
   the row well-formed: messages that are not valid JSON (cut off), a label "maybe", a last step
   without a label (the conversation ends with a human turn), and two JSON values of unrecognised
@@ -97,8 +108,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image, ImageChops, ImageDraw, ImageFont
+from PIL import Image, ImageChops, ImageDraw, ImageEnhance, ImageFont
 
+from pipeline.sources import sample as mmrb2_sample
 from pipeline.sources.base import write_if_changed
 from pipeline.visualprm.export import PRM_SYSTEM_PROMPT
 
@@ -134,6 +146,22 @@ MALFORMED_IDS = (
     "iconqa_00002_4",  # label "maybe"
     "scienceqa_00057_4",  # not valid JSON
 )
+# Near-duplicates for a perceptual-hash search (imagehash.phash, 64 bits): each planted pair is within
+# Hamming distance 6 (the exact copy 0); any other two decodable images of this sample and the MMRB2
+# sample (pipeline.sources.sample) are 14 or more apart.
+CROPPED_COPY = ("CLEVR_math/images/CLEVR_train_048334.png", "CLEVR_math/images/CLEVR_train_020057.png")
+BRIGHTENED_COPY = ("CLEVR_math/images/CLEVR_train_042207.png", "CLEVR_math/images/CLEVR_train_031570.png")
+PLANTED_NEAR_PAIRS = (EXACT_DUPLICATE_PATHS, NEAR_DUPLICATE_PATHS, CROPPED_COPY, BRIGHTENED_COPY)
+# An embedded picture that is a near-copy of an MMRB2 sample response image (cross-dataset contamination).
+CONTAMINATED = (
+    "MathV360K/data_images/34505.jpg",
+    "muirbench_14_gpt-4.1_1662_GPT5_Gemini_SketchpadAgent_1660_0.jpg",
+)
+# Two rows (kept one first in file order) with the same image, question, steps and labels.
+DUPLICATE_SAMPLE_IDS = ("chartqa_00007_1", "chartqa_00007_3")
+CROP_FRACTION = 0.04  # cut off each side of the cropped copy
+BRIGHTEN_FACTOR = 1.15
+CONTAMINATED_SCALE = 0.9
 
 
 @dataclass(frozen=True)
@@ -758,7 +786,7 @@ class _ImageSpec:
     size: tuple[int, int]
     draw: tuple = ()
     label: str = ""
-    kind: str = "normal"  # normal | exact_dup | near_dup | corrupt
+    kind: str = "normal"  # normal | exact_dup | near_dup | cropped | brightened | contaminated | corrupt
     of: str | None = None
 
 
@@ -1040,9 +1068,8 @@ def _plan() -> _Plan:
     rollouts[one_in_16] = _Rollout(ro.sample_id, ro.group, ro.steps, ro.labels, tuple(mc))
 
     # well-formed rows
-    rows: list[_Row] = []
-    for sid, ro in rollouts.items():
-        g = by_id[ro.group]
+    def well_formed(ro: _Rollout) -> _Row:
+        sid, g = ro.sample_id, by_id[ro.group]
         q, n_img = g.problem.question, len(g.paths)
         if fmt[sid] == "raw":
             messages = _dumps(_raw(g, ro))
@@ -1054,7 +1081,9 @@ def _plan() -> _Plan:
             messages = _dumps(_internvl(q, ro.steps, ro.labels, 0 if sid in no_tag else n_img))
             scores = (None,) * len(ro.steps)
         expected = ExpectedSample(sid, g.source, q, g.paths, ro.steps, ro.labels, scores, fmt[sid])
-        rows.append(_Row(sid, g.index, messages, expected, None))
+        return _Row(sid, g.index, messages, expected, None)
+
+    rows: list[_Row] = [well_formed(ro) for ro in rollouts.values()]
 
     # malformed rows: an extra rollout of five groups, one fault each
     faults = (
@@ -1096,6 +1125,52 @@ def _plan() -> _Plan:
     while sum(per_group[i] for i in embedded) < 0.40 * len(rows):
         embedded.add(rest.pop())
 
+    # more planted images, all embedded: a cropped and a brightened copy among the CLEVR scenes, and
+    # a near-copy of an MMRB2 sample picture in place of a MathV360K photo
+    planted_groups = {g.index for g in math + geo}
+
+    def spare(source: str) -> list[_Group]:
+        return [g for g in groups if g.source == source and g.index in embedded and g.index not in planted_groups]
+
+    clevr, photos = spare("CLEVR_math"), spare("MathV360K")
+    if len(clevr) < 4 or not photos:
+        raise AssertionError("sample plan cannot place a planted feature")
+    cropped = (clevr[0].paths[0], clevr[1].paths[0])
+    brightened = (clevr[2].paths[0], clevr[3].paths[0])
+    contaminated = photos[0].paths[0]
+
+    # one exact duplicate sample: in the first embedded group without a planted image that has two
+    # rollouts of one format with the same labels, the later row repeats the steps of the earlier one
+    # (same step and label counts, so every total stays)
+    position = {row.id: i for i, row in enumerate(rows)}
+    busy = {p for pair in (cropped, brightened) for p in pair} | {contaminated}
+    duplicate = None
+    for g in groups:
+        if g.index not in embedded or g.index in planted_groups or busy.intersection(g.paths):
+            continue
+        prefix = g.source or _NO_SOURCE_PREFIX
+        sids = sorted((f"{prefix}_{g.index:05d}_{r}" for r in range(g.rollouts)), key=position.__getitem__)
+        duplicate = next(
+            (
+                (a, b)
+                for i, a in enumerate(sids)
+                for b in sids[i + 1 :]
+                if fmt[a] == fmt[b] and rollouts[a].labels == rollouts[b].labels
+            ),
+            None,
+        )
+        if duplicate:
+            break
+    if duplicate is None:
+        raise AssertionError("sample plan cannot place a planted feature")
+    kept, dup = rollouts[duplicate[0]], rollouts[duplicate[1]]
+    rollouts[dup.sample_id] = _Rollout(dup.sample_id, dup.group, kept.steps, kept.labels, kept.mc)
+    rows[position[dup.sample_id]] = well_formed(rollouts[dup.sample_id])
+    for g in groups:  # no other two rollouts of a group are the same
+        steps = [rollouts[f"{g.source or _NO_SOURCE_PREFIX}_{g.index:05d}_{r}"].steps for r in range(g.rollouts)]
+        if len(set(steps)) != len(steps) - (g.index == dup.group):
+            raise AssertionError(f"accidental duplicate rollouts in group {g.index}")
+
     # images
     images: dict[str, _ImageSpec] = {}
     for g in groups:
@@ -1111,6 +1186,10 @@ def _plan() -> _Plan:
     images[near[1]] = _ImageSpec(**{**vars(images[near[1]]), "kind": "near_dup", "of": near[0]})
     corrupt = math[2].paths[0]
     images[corrupt] = _ImageSpec(**{**vars(images[corrupt]), "kind": "corrupt"})
+    images[cropped[1]] = _ImageSpec(**{**vars(images[cropped[1]]), "kind": "cropped", "of": cropped[0]})
+    images[brightened[1]] = _ImageSpec(**{**vars(images[brightened[1]]), "kind": "brightened", "of": brightened[0]})
+    mmrb2_name = CONTAMINATED[1]  # the MMRB2 picture is chosen there; the plan chooses where it lands
+    images[contaminated] = _ImageSpec(**{**vars(images[contaminated]), "kind": "contaminated", "of": mmrb2_name})
 
     planted = {
         "exact": exact,
@@ -1123,6 +1202,10 @@ def _plan() -> _Plan:
         "no_tag": tuple(sorted(no_tag)),
         "parts": tuple(sorted(parts)),
         "malformed": tuple(sorted(malformed)),
+        "cropped": cropped,
+        "brightened": brightened,
+        "contaminated": (contaminated, mmrb2_name),
+        "duplicate_sample": duplicate,
     }
     return _Plan(tuple(groups), images, frozenset(embedded), rollouts, tuple(rows), planted)
 
@@ -1258,26 +1341,40 @@ def _panels(rng: random.Random, w: int, h: int, names: tuple) -> Image.Image:
     img = Image.new("RGB", (w, h), (255, 255, 255))
     draw = ImageDraw.Draw(img)
     font, pw = _font(), w // len(names)
-    for i, name in enumerate(names):
+    for i, name in enumerate(names):  # one photo-like panel per object: its own backdrop, size and place
         x0 = i * pw
-        draw.rectangle((x0 + 2, 2, x0 + pw - 3, h - 16), fill=_colour(rng, 190, 250), outline=(150, 150, 150))
-        cx, cy, r = x0 + pw // 2, (h - 14) // 2, min(pw, h) // 4
-        draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=_colour(rng, 40, 200))
+        backdrop = _gradient(rng, pw - 4, h - 17, _colour(rng, 40, 190), _colour(rng, 150, 255))
+        if rng.random() < 0.5:
+            backdrop = backdrop.transpose(Image.Transpose.ROTATE_180)
+        img.paste(backdrop, (x0 + 2, 2))
+        draw.rectangle((x0 + 2, 2, x0 + pw - 3, h - 16), outline=(150, 150, 150))
+        r = rng.randint(min(pw, h) // 7, min(pw, h) // 3)
+        cx = x0 + rng.randint(min(r + 4, pw // 2), max(pw // 2, pw - r - 5))
+        cy = rng.randint(min(r + 4, (h - 14) // 2), max((h - 14) // 2, h - 18 - r))
+        box, fill = (cx - r, cy - r, cx + r, cy + rng.randint(r // 2, r)), _colour(rng, 20, 220)
+        if rng.random() < 0.5:
+            draw.ellipse(box, fill=fill)
+        else:
+            draw.rounded_rectangle(box, radius=max(1, r // 3), fill=fill)
         draw.text((x0 + 3, h - 13), name.split()[-1][: max(1, (pw - 6) // 6)], fill=(20, 20, 20), font=font)
     return _grain(img, rng, 2)
 
 
 def _icons(rng: random.Random, w: int, h: int, n: int, k: int, colour: str) -> Image.Image:
-    img = Image.new("RGB", (w, h), (255, 255, 255))
+    img = Image.new("RGB", (w, h), _colour(rng, 228, 255))
     draw = ImageDraw.Draw(img)
     cols = 3 if n <= 6 else 4
     rows = (n + cols - 1) // cols
-    cw, ch = w / cols, h / rows
+    # the grid fills a random part of the picture, icons of a random size: no two grids line up
+    gx0, gy0 = rng.randint(0, w // 5), rng.randint(0, h // 5)
+    gx1, gy1 = rng.randint(gx0 + w * 3 // 5, w), rng.randint(gy0 + h * 3 // 5, h)
+    cw, ch = (gx1 - gx0) / cols, (gy1 - gy0) / rows
     shape = rng.choice(("circle", "square", "triangle"))
     coloured = set(rng.sample(range(n), k))
+    scale = rng.uniform(0.22, 0.4)
     for i in range(n):
-        cx, cy = int((i % cols + 0.5) * cw), int((i // cols + 0.5) * ch)
-        r = int(min(cw, ch) * 0.3)
+        cx, cy = gx0 + int((i % cols + 0.5) * cw), gy0 + int((i // cols + 0.5) * ch)
+        r = max(3, int(min(cw, ch) * scale))
         fill = _COLOURS[colour] if i in coloured else (215, 215, 215)
         box = (cx - r, cy - r, cx + r, cy + r)
         if shape == "circle":
@@ -1321,26 +1418,39 @@ def _corrupt(data: bytes) -> bytes:
     return data[: data.find(b"\xff\xc4") + 40]
 
 
+_DERIVED_KINDS = ("exact_dup", "near_dup", "cropped", "brightened", "contaminated")
+
+
+def _derived(spec: _ImageSpec, out: dict[str, bytes]) -> bytes:
+    """The bytes of a planted copy: of another picture of this sample, or (contaminated) of MMRB2's."""
+    if spec.kind == "exact_dup":
+        return out[spec.of]
+    original = mmrb2_sample.sample_image(spec.of) if spec.kind == "contaminated" else out[spec.of]
+    with Image.open(io.BytesIO(original)) as src:
+        src = src.convert("RGB")
+    w, h = src.size
+    if spec.kind == "near_dup":
+        return _encode(src.resize((w - 6, h - 4), Image.Resampling.LANCZOS), spec.path, quality=JPEG_QUALITY - 10)
+    if spec.kind == "cropped":
+        dx, dy = round(w * CROP_FRACTION), round(h * CROP_FRACTION)
+        return _encode(src.crop((dx, dy, w - dx, h - dy)), spec.path, quality=JPEG_QUALITY - 6)
+    if spec.kind == "brightened":
+        return _encode(ImageEnhance.Brightness(src).enhance(BRIGHTEN_FACTOR), spec.path, quality=JPEG_QUALITY + 6)
+    size = (round(w * CONTAMINATED_SCALE), round(h * CONTAMINATED_SCALE))
+    return _encode(src.resize(size, Image.Resampling.LANCZOS), spec.path, quality=JPEG_QUALITY - 12)
+
+
 @lru_cache(maxsize=1)
 def _render_images() -> dict[str, bytes]:
     specs = _plan().images
     out: dict[str, bytes] = {}
-    for spec in sorted(specs.values(), key=lambda s: s.kind != "normal"):  # originals first
-        if spec.kind == "exact_dup":
-            continue
-        if spec.kind == "near_dup":
-            continue
-        data = _encode(_picture(spec), spec.path)
-        out[spec.path] = _corrupt(data) if spec.kind == "corrupt" else data
+    for spec in specs.values():  # the originals first
+        if spec.kind not in _DERIVED_KINDS:
+            data = _encode(_picture(spec), spec.path)
+            out[spec.path] = _corrupt(data) if spec.kind == "corrupt" else data
     for spec in specs.values():
-        if spec.kind == "exact_dup":
-            out[spec.path] = out[spec.of]
-        elif spec.kind == "near_dup":
-            with Image.open(io.BytesIO(out[spec.of])) as src:
-                src.load()
-                w, h = src.size
-                small = src.convert("RGB").resize((w - 6, h - 4), Image.Resampling.LANCZOS)
-            out[spec.path] = _encode(small, spec.path, quality=JPEG_QUALITY - 10)
+        if spec.kind in _DERIVED_KINDS:
+            out[spec.path] = _derived(spec, out)
     return out
 
 
@@ -1421,6 +1531,10 @@ def _check(plan: _Plan) -> None:
         "no_tag": NO_IMAGE_TAG_IDS,
         "parts": PARTS_CONTENT_IDS,
         "malformed": MALFORMED_IDS,
+        "cropped": CROPPED_COPY,
+        "brightened": BRIGHTENED_COPY,
+        "contaminated": CONTAMINATED,
+        "duplicate_sample": DUPLICATE_SAMPLE_IDS,
     }
     drift = {k: p[k] for k, v in documented.items() if p[k] != v}
     labels = [lab for r in plan.rows if r.expected for lab in r.expected.labels]
