@@ -27,6 +27,8 @@ dev: bootstrap
 bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_mmrb2_images.py
 	$(UV) run --frozen python tests/benchmarks/bench_visualprm_parse.py
+	$(UV) run --frozen python tests/benchmarks/bench_hashing.py
+	$(UV) run --frozen python tests/benchmarks/bench_search.py
 
 validate: bootstrap
 	$(UV) run --frozen dagster definitions validate

@@ -47,12 +47,16 @@ def warehouse_release(
     visualprm_samples: dict,
     visualprm_images: dict,
     visualprm_export: dict,
+    image_hashes: dict,
+    image_dedupe: dict,
 ) -> dg.MaterializeResult:
     """Publish the staged tables and exports as a content-addressed release and point the
     warehouse at it."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     raws = {"mmrb2": snapshot_of(mmrb2_raw), "visualprm": snapshot_of(visualprm_raw)}
-    tables = collect_tables([mmrb2_annotations, mmrb2_images, visualprm_samples, visualprm_images, visualprm_export])
+    tables = collect_tables(
+        [mmrb2_annotations, mmrb2_images, visualprm_samples, visualprm_images, visualprm_export, image_hashes, image_dedupe]
+    )
     sources = {
         name: {"source": s.source, "revisions": s.revisions, "files": s.checksums()} if s else {"absent": True}
         for name, s in raws.items()
@@ -72,6 +76,7 @@ def warehouse_release(
         files={rel: Path(p) for rel, p in visualprm_export["files"].items()},
         bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in visualprm_export["images"].items()}},
         rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
+        summary={"export": {"rows": rows, "removed": visualprm_export["removed"]}},
     )
     pruned = store.prune(settings.keep_releases)
     sync_warehouse(store, layout.warehouse)

@@ -12,6 +12,7 @@ from pipeline.sources import fetch_visualprm
 from pipeline.sources.base import SourceError
 from pipeline.sources.visualprm import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.staging import read_staged, write_staged
+from pipeline.dedupe.decisions import mark_samples
 from pipeline.visualprm.export import build_export
 from pipeline.visualprm.images import ImageStore, inventory_prm_images
 from pipeline.visualprm.parse import parse_prm
@@ -55,11 +56,13 @@ def visualprm_samples(rewardhouse: RewardhouseResource, visualprm_raw: Optional[
     key = staging_key(snapshot, {"threshold": settings.prm_label_threshold})
     out = rewardhouse.layout().staging / "visualprm_samples" / key
     paths = write_staged(out, tables)
+    # prm_samples is published by visualprm_export, once dedupe has marked duplicates.
+    internal = {"prm_samples": paths.pop("prm_samples")}
     overall = tables["prm_label_stats"].filter(pc.equal(tables["prm_label_stats"]["scope"], "overall")).to_pylist()
     md = {**row_counts(tables), "staged": dg.MetadataValue.path(str(out))}
     if overall:
         md["positive_rate"] = dg.MetadataValue.float(overall[0]["positive_rate"])
-    return dg.Output({"tables": paths}, metadata=md)
+    return dg.Output({"tables": paths, "internal": internal}, metadata=md)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="1")
@@ -70,7 +73,7 @@ def visualprm_images(
     image folder/zips; each image with bytes is kept once in the content-addressed image store."""
     snapshot = snapshot_of(visualprm_raw)
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    samples = read_staged({"prm_samples": visualprm_samples["tables"]["prm_samples"]})["prm_samples"]
+    samples = read_staged(visualprm_samples["internal"])["prm_samples"]
     refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
     table, rejected = inventory_prm_images(
         refs,
@@ -95,26 +98,45 @@ def visualprm_images(
 
 @dg.asset(group_name=GROUP, kinds={"python", "file"}, code_version="1")
 def visualprm_export(
-    rewardhouse: RewardhouseResource, visualprm_samples: dict, visualprm_images: dict
+    rewardhouse: RewardhouseResource, visualprm_samples: dict, visualprm_images: dict, image_dedupe: dict
 ) -> dg.Output[dict]:
-    """InternVL training files: `visualprm_train.jsonl` + `.parquet` (+ meta at publish time);
-    samples whose images cannot be loaded are left out with a quarantine row."""
-    layout = rewardhouse.layout()
-    staged = read_staged({**visualprm_samples["tables"], **visualprm_images["tables"]})
-    key = staging_key(None, {"samples": visualprm_samples["tables"], "images": visualprm_images["tables"]})
+    """prm_samples with their dedupe marks (duplicate rollout, contaminated by an eval image), and
+    the InternVL training files: `visualprm_train.jsonl` + `.parquet` (+ meta at publish time).
+    Duplicates and contaminated samples are left out unless a setting keeps them; samples whose
+    images cannot be loaded are left out with a quarantine row."""
+    layout, settings = rewardhouse.layout(), rewardhouse.settings()
+    staged = read_staged({**visualprm_samples["internal"], **visualprm_samples["tables"],
+                          **visualprm_images["tables"], **image_dedupe["tables"]})
+    samples = mark_samples(staged["prm_samples"], staged["prm_steps"], staged["prm_images"],
+                           staged["duplicate_clusters"], staged["contamination"])
+    drop_duplicate = pc.and_(samples["is_duplicate"], pa.scalar(not settings.export_keep_duplicates))
+    drop_contaminated = pc.and_(samples["is_contaminated"], pa.scalar(not settings.export_keep_contaminated))
+    keep = pc.invert(pc.or_(drop_duplicate, drop_contaminated))
+    removed = {  # a sample may be both a duplicate and contaminated: dedupe_total counts it once
+        "duplicate": pc.sum(drop_duplicate).as_py() or 0,
+        "contaminated": pc.sum(drop_contaminated).as_py() or 0,
+        "dedupe_total": samples.num_rows - (pc.sum(keep).as_py() or 0),
+    }
+    key = staging_key(None, {"s": visualprm_samples["internal"], "i": visualprm_images["tables"],
+                             "d": image_dedupe["tables"], "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]})
     out = layout.staging / "visualprm_export" / key
-    result = build_export(staged["prm_samples"], staged["prm_steps"], staged["prm_images"], out / "exports")
-    paths = write_staged(out, {"quarantine": quarantine_table(result.excluded)})
+    result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
+    removed["image_unavailable"] = len(result.excluded)
+    excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
+    in_export = pc.and_(keep, pc.invert(pc.is_in(samples["sample_id"], value_set=excluded_ids)))
+    samples = samples.append_column("in_export", in_export)
+    paths = write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)})
     return dg.Output(
         {
             "tables": paths,
             "files": {f"exports/{result.jsonl.name}": str(result.jsonl), f"exports/{result.parquet.name}": str(result.parquet)},
             "images": {rel: str(layout.image_store / src) for rel, src in result.image_files.items()},
             "rows": result.rows,
+            "removed": removed,
         },
         metadata={
             "rows": dg.MetadataValue.int(result.rows),
-            "excluded": dg.MetadataValue.int(len(result.excluded)),
             "images": dg.MetadataValue.int(len(result.image_files)),
+            **{f"removed_{k}": dg.MetadataValue.int(v) for k, v in removed.items()},
         },
     )

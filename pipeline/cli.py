@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline.settings import MMRB2_TASKS, REPO_ROOT, Layout
+from pipeline.settings import DEFAULT_MAX_DISTANCE, MMRB2_TASKS, REPO_ROOT, Layout
 
 EXAMPLE_SQL = "select task, count(*) as pairs, round(avg((chosen = 'A')::int) * 100, 1) as chosen_a_pct from mmrb2_pairs group by task order by task"
 
@@ -55,6 +55,12 @@ def cmd_run(args) -> int:
         config["local_path"] = str(Path(args.path).expanduser().resolve())
     if args.prm_label_threshold is not None:
         config["prm_label_threshold"] = args.prm_label_threshold
+    if args.max_distance is not None:
+        config["dedupe_max_distance"] = args.max_distance
+    if args.workers:
+        config["workers"] = args.workers
+    config["export_keep_duplicates"] = args.keep_duplicates
+    config["export_keep_contaminated"] = args.keep_contaminated
     job = defs.resolve_job_def("refresh")
     with dg.DagsterInstance.get() as instance:
         result = job.execute_in_process(
@@ -169,6 +175,37 @@ def cmd_score(args) -> int:
     return 0
 
 
+def cmd_dedupe(args) -> int:
+    import time
+
+    from pipeline.dedupe.folder import dedupe_folder
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        return _fail(f"{root} is not a directory", 2)
+    started = time.perf_counter()
+
+    def progress(done: int, total: int, rate: float) -> None:
+        print(f"\rhashed {done}/{total} images ({rate:.0f}/s)", end="", file=sys.stderr, flush=True)
+
+    result = dedupe_folder(root, args.max_distance, workers=args.workers or None, progress=progress)
+    print(file=sys.stderr)
+    for path, reason in result.errors:
+        print(f"rewardhouse: skipped unreadable {path}: {reason}", file=sys.stderr)
+    text = result.to_csv()
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    print(
+        f"{len(result.rows)} images, {result.clusters} clusters, {result.duplicates} duplicates within "
+        f"{args.max_distance} bits, {len(result.errors)} unreadable ({time.perf_counter() - started:.1f}s)"
+        + (f"; wrote {args.output}" if args.output else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardhouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -178,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--path", help="for --source local: a folder mirroring the upstream layout")
     run.add_argument("--prm-label-threshold", type=float, default=None,
                      help="VisualPRM raw form: a step is '+' iff its Monte-Carlo score is above this (default 0.0)")
+    run.add_argument("--max-distance", type=int, default=None,
+                     help=f"near-duplicate radius in pHash bits (default {DEFAULT_MAX_DISTANCE})")
+    run.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
+    run.add_argument("--keep-duplicates", action="store_true", help="keep duplicate rollouts in the training export")
+    run.add_argument("--keep-contaminated", action="store_true",
+                     help="keep samples whose image is a near-copy of an eval image in the training export")
     run.add_argument("-v", "--verbose", action="store_true", help="stream Dagster's event log to the terminal")
     run.set_defaults(func=cmd_run)
 
@@ -188,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv"), default="table")
     sql.set_defaults(func=cmd_sql)
+
+    dd = sub.add_parser("dedupe", help="find exact and near-duplicate images in any folder (CSV out)")
+    dd.add_argument("dir")
+    dd.add_argument("--max-distance", type=int, default=DEFAULT_MAX_DISTANCE, help="pHash Hamming radius in bits")
+    dd.add_argument("--output", help="CSV file to write (default: standard output)")
+    dd.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
+    dd.set_defaults(func=cmd_dedupe)
 
     sc = sub.add_parser("score", help="score judge outputs (official judgement format) against the benchmark")
     sc.add_argument("files", nargs="+")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import mmrb2, release, visualprm
+from assets import dedupe, mmrb2, release, visualprm
 from checks import mmrb2 as mmrb2_checks
 from pipeline.resources import default_resource
 
-all_assets = dg.load_assets_from_modules([mmrb2, visualprm, release])
+all_assets = dg.load_assets_from_modules([mmrb2, visualprm, dedupe, release])
 all_checks = dg.load_asset_checks_from_modules([mmrb2_checks])
 
 # The main job: every asset, raw to release. `rewardhouse run` and `make run` execute it.

@@ -8,7 +8,7 @@ from typing import Optional
 
 import dagster as dg
 
-from pipeline.settings import Layout, Settings
+from pipeline.settings import DEFAULT_MAX_DISTANCE, Layout, Settings
 
 
 class RewardhouseResource(dg.ConfigurableResource):
@@ -20,6 +20,10 @@ class RewardhouseResource(dg.ConfigurableResource):
     home: Optional[str] = None
     keep_releases: int = 0
     prm_label_threshold: float = 0.0
+    dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
+    workers: int = 0
+    export_keep_duplicates: bool = False
+    export_keep_contaminated: bool = False
 
     def settings(self) -> Settings:
         return Settings(
@@ -27,6 +31,10 @@ class RewardhouseResource(dg.ConfigurableResource):
             local_path=self.local_path,
             keep_releases=self.keep_releases,
             prm_label_threshold=self.prm_label_threshold,
+            dedupe_max_distance=self.dedupe_max_distance,
+            workers=self.workers,
+            export_keep_duplicates=self.export_keep_duplicates,
+            export_keep_contaminated=self.export_keep_contaminated,
         )
 
     def layout(self) -> Layout:
@@ -39,4 +47,6 @@ def default_resource() -> RewardhouseResource:
         local_path=os.environ.get("REWARDHOUSE_LOCAL_PATH") or None,
         home=os.environ.get("REWARDHOUSE_HOME") or None,
         prm_label_threshold=float(os.environ.get("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0")),
+        dedupe_max_distance=int(os.environ.get("REWARDHOUSE_DEDUPE_MAX_DISTANCE", DEFAULT_MAX_DISTANCE)),
+        workers=int(os.environ.get("REWARDHOUSE_WORKERS", "0")),
     )

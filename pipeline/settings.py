@@ -29,6 +29,9 @@ def data_root() -> Path:
     return root.resolve()
 
 
+DEFAULT_MAX_DISTANCE = 8
+
+
 @dataclass(frozen=True)
 class ZipLimits:
     """Bounds that make a zip 'absurd'. Real MMRB2 JPEGs are well under 20 MB and barely compress."""
@@ -48,10 +51,21 @@ class Settings:
     keep_releases: int = 0  # 0 keeps every release queryable
     # VisualPRM raw form: a step is "+" iff its Monte-Carlo score is above this (upstream: 0.0).
     prm_label_threshold: float = 0.0
+    # Near-duplicate radius in pHash bits (64-bit hashes); see README "Dedupe" for the measurements.
+    dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
+    workers: int = 0  # processes for hashing; 0 = every core
+    export_keep_duplicates: bool = False
+    export_keep_contaminated: bool = False
 
     def fingerprint(self) -> dict:
-        """Settings that change table content, and so belong in the release id."""
-        return {"zip_limits": asdict(self.zip_limits), "prm_label_threshold": self.prm_label_threshold}
+        """Settings that change table content, and so belong in the release id (not `workers`)."""
+        return {
+            "zip_limits": asdict(self.zip_limits),
+            "prm_label_threshold": self.prm_label_threshold,
+            "dedupe_max_distance": self.dedupe_max_distance,
+            "export_keep_duplicates": self.export_keep_duplicates,
+            "export_keep_contaminated": self.export_keep_contaminated,
+        }
 
 
 class Layout:

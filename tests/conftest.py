@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -90,6 +91,22 @@ def build_local_mirror(dest: Path, *, with_new_task: bool = True, zip_name: str 
 @pytest.fixture(scope="session")
 def real_mirror(tmp_path_factory) -> Path:
     return build_local_mirror(tmp_path_factory.mktemp("mirror"))
+
+
+@contextlib.contextmanager
+def published_home(root: Path, *argv: str):
+    """A data root (and Dagster home) where `rewardhouse run *argv` has just published, for a
+    module of tests; the environment is restored afterwards."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("REWARDHOUSE_HOME", str(root))
+    mp.setenv("DAGSTER_HOME", str(root / "dagster"))
+    from pipeline.cli import main
+
+    try:
+        assert main(["run", *argv]) == 0
+        yield root
+    finally:
+        mp.undo()
 
 
 @pytest.fixture

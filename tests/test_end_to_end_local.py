@@ -3,7 +3,7 @@
 import duckdb
 import pytest
 
-from conftest import SHARED
+from conftest import SHARED, published_home
 from pipeline.cli import main
 
 JUDGEMENTS = sorted((SHARED / "judgements").glob("sample_task*.json"))
@@ -11,13 +11,8 @@ JUDGEMENTS = sorted((SHARED / "judgements").glob("sample_task*.json"))
 
 @pytest.fixture(scope="module")
 def published(real_mirror, tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("REWARDHOUSE_HOME", str(root))
-    mp.setenv("DAGSTER_HOME", str(root / "dagster"))
-    assert main(["run", "--source", "local", "--path", str(real_mirror)]) == 0
-    yield root
-    mp.undo()
+    with published_home(tmp_path_factory.mktemp("e2e"), "--source", "local", "--path", str(real_mirror)) as root:
+        yield root
 
 
 def q(root, sql):

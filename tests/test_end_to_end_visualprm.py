@@ -7,6 +7,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import published_home
 from pipeline.cli import main
 from pipeline.sources.visualprm_sample import (
     JSONL_UNRESOLVED_IMAGE,
@@ -22,14 +23,9 @@ ISSUE_SQL = "select source, avg(label='+') from prm_steps join prm_samples using
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    root = tmp_path_factory.mktemp("prm")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("REWARDHOUSE_HOME", str(root))
-    mp.setenv("DAGSTER_HOME", str(root / "dagster"))
-    assert main(["run"]) == 0
-    (rid,) = [p.name for p in (root / "releases").iterdir() if not p.name.startswith(".") and p.is_dir()]
-    yield root, root / "releases" / rid
-    mp.undo()
+    with published_home(tmp_path_factory.mktemp("prm")) as root:
+        (rid,) = [p.name for p in (root / "releases").iterdir() if not p.name.startswith(".") and p.is_dir()]
+        yield root, root / "releases" / rid
 
 
 def q(root, sql):
@@ -133,7 +129,9 @@ def test_export_files_are_internvl_shaped_and_round_trip(release):
 
 def test_samples_with_unloadable_images_are_left_out_of_the_export_with_a_reason(release):
     root, _ = release
-    exported = q(root, "select count(*) from prm_samples") [0][0] - q(root, "select count(*) from quarantine where stage = 'export'")[0][0]
+    exported = q(root, "select count(*) from prm_samples where in_export")[0][0]
+    unloadable = q(root, "select count(*) from quarantine where stage = 'export'")[0][0]
+    assert q(root, "select count(*) from prm_samples where not in_export and not is_duplicate and not is_contaminated") == [(unloadable,)]
     _, rel = release
     assert len((rel / "exports" / "visualprm_train.jsonl").read_text().splitlines()) == exported
     reasons = [r for (r,) in q(root, "select reason from quarantine where stage = 'export'")]

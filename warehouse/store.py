@@ -49,6 +49,7 @@ class Manifest:
     tables: dict  # table -> {"rows": int, "file": str, "sha256": str, "bytes": int}
     files: dict = field(default_factory=dict)  # other file -> {"sha256": str, "bytes": int}
     bulk: dict = field(default_factory=dict)  # content-addressed folder -> {"files": int, "bytes": int}
+    summary: dict = field(default_factory=dict)  # what the release's decisions did, e.g. export removals
 
     @property
     def row_counts(self) -> dict[str, int]:
@@ -130,6 +131,7 @@ class ReleaseStore:
         files: dict[str, Path] | None = None,
         bulk: dict[str, dict[str, Path]] | None = None,
         rendered: dict[str, Callable[[Path], bytes]] | None = None,
+        summary: dict | None = None,
     ) -> tuple[Manifest, bool]:
         """Publish atomically; returns (manifest, published). An existing id is only made current.
 
@@ -167,7 +169,7 @@ class ReleaseStore:
                 target = _place(tmp, rel)
                 _write_durable(target, render(final))
                 extra[rel] = {"sha256": sha256_file(target), "bytes": target.stat().st_size}
-            summary = {}
+            bulk_summary = {}
             for folder, members in sorted((bulk or {}).items()):
                 total = 0
                 for rel, src in members.items():
@@ -177,7 +179,7 @@ class ReleaseStore:
                     except OSError:
                         shutil.copyfile(src, target)
                     total += target.stat().st_size
-                summary[folder] = {"files": len(members), "bytes": total}
+                bulk_summary[folder] = {"files": len(members), "bytes": total}
             manifest = Manifest(
                 release_id=release_id,
                 created_at=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
@@ -186,7 +188,8 @@ class ReleaseStore:
                 settings=settings,
                 tables=entries,
                 files=extra,
-                bulk=summary,
+                bulk=bulk_summary,
+                summary=summary or {},
             )
             _write_durable(tmp / MANIFEST, manifest.to_json().encode())
             _fsync_dir(tmp)

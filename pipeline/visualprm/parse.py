@@ -205,7 +205,7 @@ cross join lateral (
 
 SAMPLES_SQL = """
 select sample_id, source, question, image_refs, n_steps, n_positive, n_negative, first_negative_step,
-       message_format, answer
+       message_format, answer, row_order as row_index
 from prm_samples_all order by row_order
 """
 STEPS_SQL = """

@@ -1,0 +1,48 @@
+"""`rewardhouse dedupe DIR` on a folder with planted copies and a broken file."""
+
+import csv
+import io
+
+from PIL import Image, ImageDraw, ImageEnhance
+
+from pipeline.cli import main
+
+
+def picture(seed: int, size=(320, 240)) -> Image.Image:
+    im = Image.new("RGB", size, (20 * seed % 255, 90, 160))
+    draw = ImageDraw.Draw(im)
+    for i in range(6):
+        x, y = (seed * 53 + i * 71) % size[0], (seed * 29 + i * 43) % size[1]
+        draw.ellipse([x - 40, y - 30, x + 40, y + 30], fill=((seed * 80 + i * 40) % 255, (i * 90) % 255, (seed * 30) % 255))
+    draw.rectangle([0, 0, size[0] // (2 + seed % 3), size[1]], fill=(240 - seed * 20 % 200, 30, 30))
+    return im
+
+
+def test_folder_with_copies_and_a_broken_file(tmp_path, capsys):
+    d = tmp_path / "imgs"
+    (d / "sub").mkdir(parents=True)
+    original = picture(1)
+    original.save(d / "a.jpg", quality=92)
+    (d / "sub" / "a_exact.jpg").write_bytes((d / "a.jpg").read_bytes())
+    original.resize((240, 180)).save(d / "sub" / "a_small.png")
+    ImageEnhance.Brightness(original).enhance(1.1).save(d / "a_bright.webp", quality=90)
+    picture(4).save(d / "b.bmp")
+    picture(7).save(d / "c.gif")
+    (d / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (d / "notes.txt").write_text("ignored: not an image suffix")
+
+    out = tmp_path / "clusters.csv"
+    assert main(["dedupe", str(d), "--output", str(out), "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped unreadable broken.jpg" in err and "Traceback" not in err
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert list(rows[0]) == ["path", "cluster_id", "is_canonical", "distance"]
+    by_path = {r["path"]: r for r in rows}
+    assert set(by_path) == {"a.jpg", "sub/a_exact.jpg", "sub/a_small.png", "a_bright.webp", "b.bmp", "c.gif"}
+    family = {by_path[p]["cluster_id"] for p in ("a.jpg", "sub/a_exact.jpg", "sub/a_small.png", "a_bright.webp")}
+    assert len(family) == 1
+    assert len({by_path["b.bmp"]["cluster_id"], by_path["c.gif"]["cluster_id"]} | family) == 3
+    canon = [p for p, r in by_path.items() if r["cluster_id"] in family and r["is_canonical"] == "true"]
+    assert len(canon) == 1 and canon[0] in ("a.jpg", "sub/a_exact.jpg", "a_bright.webp")  # full-size ones
+    assert by_path["b.bmp"]["is_canonical"] == "true" and by_path["b.bmp"]["distance"] == "0"
+    assert int(by_path["sub/a_small.png"]["distance"]) <= 8

@@ -1,0 +1,81 @@
+"""Dedupe on the sample release: every planted copy is clustered, contamination and duplicate
+rollouts are marked, the export leaves them out and the manifest says how many."""
+
+import json
+
+import duckdb
+import pytest
+
+from conftest import published_home
+from pipeline.cli import main
+from pipeline.sources import sample as mmrb2_sample
+from pipeline.sources import visualprm_sample
+
+ALL_PAIRS = [("mmrb2", p) for p in mmrb2_sample.PLANTED_NEAR_PAIRS] + [("visualprm", p) for p in visualprm_sample.PLANTED_NEAR_PAIRS]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    with published_home(tmp_path_factory.mktemp("dedupe")) as root:
+        yield root
+
+
+def q(root, sql, params=None):
+    with duckdb.connect(str(root / "warehouse.duckdb"), read_only=True) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+def test_hashes_are_integer_columns_usable_in_sql(root):
+    assert q(root, "select typeof(phash), typeof(dhash) from image_hashes limit 1") == [("BIGINT", "BIGINT")]
+    datasets = dict(q(root, "select dataset, count(*) from image_hashes group by 1"))
+    assert datasets["mmrb2"] == 79 and datasets["visualprm"] > 0  # every decodable MMRB2 image
+    assert q(root, "select count(*) from image_hashes where bit_count(xor(phash, phash)) <> 0") == [(0,)]
+
+
+@pytest.mark.parametrize("dataset, pair", ALL_PAIRS, ids=[f"{d}:{p[1]}" for d, p in ALL_PAIRS])
+def test_every_planted_copy_lands_in_the_cluster_of_its_original(root, dataset, pair):
+    original, copy = pair
+    rows = dict(q(root, "select image_key, cluster_id from duplicate_clusters where dataset = ? and image_key in (?, ?)",
+                  [dataset, original, copy]))
+    assert set(rows) == {original, copy} and rows[original] == rows[copy]
+
+
+def test_each_cluster_has_one_canonical_and_kinds_follow_bytes(root):
+    assert q(root, "select count(*) from (select cluster_id from duplicate_clusters group by 1 having count(*) filter (where is_canonical) <> 1)") == [(0,)]
+    exact = mmrb2_sample.EXACT_DUPLICATE_IMAGES
+    kinds = dict(q(root, "select image_key, coalesce(kind, 'canonical') from duplicate_clusters where image_key in (?, ?)", list(exact)))
+    assert sorted(kinds.values()) == ["canonical", "exact"]
+
+
+def test_the_planted_train_eval_near_copy_is_contamination(root):
+    train, eval_ = visualprm_sample.CONTAMINATED
+    rows = q(root, "select distance from contamination where train_image_key = ? and eval_image_key = ?", [train, eval_])
+    assert len(rows) == 1 and rows[0][0] <= 8
+    flagged = q(root, "select count(*) from prm_samples where is_contaminated")[0][0]
+    users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [train])[0][0]
+    assert flagged == users > 0
+
+
+def test_duplicate_rollout_is_marked_and_left_out_of_the_export(root):
+    kept, dup = visualprm_sample.DUPLICATE_SAMPLE_IDS
+    rows = dict((r[0], r[1:]) for r in q(root, "select sample_id, is_duplicate, duplicate_of, in_export from prm_samples where sample_id in (?, ?)", [kept, dup]))
+    assert rows[dup][:2] == (True, kept) and rows[kept][:2] == (False, None)
+    assert rows[dup][2] is False
+    assert q(root, "select count(*) from prm_samples where is_duplicate") == [(1,)]
+    rid = q(root, "select release_id from releases where is_current")[0][0]
+    manifest = json.loads((root / "releases" / rid / "manifest.json").read_text())
+    removed = manifest["summary"]["export"]["removed"]
+    assert removed["duplicate"] == 1 and removed["contaminated"] == q(root, "select count(*) from prm_samples where is_contaminated")[0][0]
+    exported = {json.loads(line)["id"] for line in (root / "releases" / rid / "exports" / "visualprm_train.jsonl").read_text().splitlines()}
+    assert dup not in exported and not exported & {s for (s,) in q(root, "select sample_id from prm_samples where is_contaminated")}
+    assert len(exported) == manifest["summary"]["export"]["rows"] == q(root, "select count(*) from prm_samples where in_export")[0][0]
+
+
+def test_keep_settings_put_them_back(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    assert main(["run", "--keep-duplicates", "--keep-contaminated"]) == 0
+    capsys.readouterr()
+    kept, dup = visualprm_sample.DUPLICATE_SAMPLE_IDS
+    assert q(tmp_path, "select in_export from prm_samples where sample_id = ?", [dup]) == [(True,)]
+    assert q(tmp_path, "select count(*) from prm_samples where is_contaminated and not in_export") == [(0,)]

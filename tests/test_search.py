@@ -1,0 +1,295 @@
+"""Exact radius search, union-find clusters and the canonical rule, against brute force."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.dedupe.clusters import canonical_table, choose_canonical, connected_components
+from pipeline.dedupe.search import _even_layout, band_layout, band_radii, count_candidates, near_pairs
+
+MASK64 = (1 << 64) - 1
+
+
+def brute_force(ids: np.ndarray, hashes: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # np.bitwise_count counts the bits of |x| on signed ints, so XOR as unsigned.
+    u = hashes.view(np.uint64)
+    dist = np.bitwise_count(u[:, None] ^ u[None, :])
+    i, j = np.nonzero(np.triu(dist <= r, k=1))
+    a, b = np.minimum(ids[i], ids[j]), np.maximum(ids[i], ids[j])
+    order = np.lexsort((b, a))
+    return a[order], b[order], dist[i, j][order].astype(np.int64)
+
+
+def planted_hashes(seed: int, n: int, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """n random hashes (half with the top bit set) in which pairs at every distance 0..r+2 are
+    planted, some flipping bit 63, plus groups of identical hashes and a near chain; ids are
+    shuffled, sparse and partly negative."""
+    rng = np.random.default_rng(seed)
+    values = [int(v) for v in rng.integers(0, 1 << 64, size=n, dtype=np.uint64)]
+    pos = 0
+    for d in range(r + 3):
+        for _ in range(4):
+            if d and pos % 3 == 0:  # the sign bit differs
+                bits = [63, *(int(b) for b in rng.choice(63, size=d - 1, replace=False))]
+            else:
+                bits = [int(b) for b in rng.choice(64, size=d, replace=False)]
+            values[pos + 1] = values[pos] ^ sum(1 << b for b in bits)
+            pos += 2
+    for size in (2, 3, 6):  # identical hashes
+        values[pos : pos + size] = [values[pos]] * size
+        pos += size
+    for _ in range(5):  # a chain: each link within r, the ends maybe not
+        bits = [int(b) for b in rng.choice(64, size=max(r // 2, 1), replace=False)]
+        values[pos + 1] = values[pos] ^ sum(1 << b for b in bits)
+        pos += 1
+    assert pos < n
+    hashes = np.array(values, dtype=np.uint64).view(np.int64)
+    ids = rng.permutation(np.arange(-n, 3 * n, dtype=np.int64))[:n]
+    return ids, hashes
+
+
+def assert_same_pairs(table: pa.Table, expected: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    a, b, d = expected
+    assert table.schema.names == ["a", "b", "distance"]
+    assert table.num_rows == len(a)
+    np.testing.assert_array_equal(table["a"].to_numpy(), a)
+    np.testing.assert_array_equal(table["b"].to_numpy(), b)
+    np.testing.assert_array_equal(table["distance"].to_numpy().astype(np.int64), d)
+
+
+@pytest.mark.parametrize("r", [0, 1, 3, 6, 8, 10, 16])
+def test_near_pairs_equal_brute_force_on_planted_hashes(r):
+    for seed in range(2):
+        ids, hashes = planted_hashes(seed * 100 + r, 2000, r)
+        expected = brute_force(ids, hashes, r)
+        assert len(expected[0]) >= 4 * (r + 1)  # the planted pairs at least
+        assert_same_pairs(near_pairs(ids, hashes, r), expected)
+
+
+@pytest.mark.parametrize("r", [2, 6, 9])
+def test_every_band_count_is_exact(r):
+    ids, hashes = planted_hashes(7 + r, 1500, r)
+    expected = brute_force(ids, hashes, r)
+    for bands in range(2, r + 2):
+        assert_same_pairs(near_pairs(ids, hashes, r, layout=_even_layout(r, bands)), expected)
+
+
+def test_radius_boundary_is_inclusive_on_negative_hashes():
+    lo = -(1 << 63)  # only the top bit set
+    hashes = np.array([lo, lo ^ 0b111, (1 << 63) - 1, 0, 0b1111], dtype=np.int64)
+    three = [(0, 1, 3), (0, 3, 1), (1, 4, 2)]
+    assert [tuple(p.values()) for p in near_pairs(np.arange(5), hashes, 3).to_pylist()] == three
+    four = sorted(three + [(1, 3, 4), (3, 4, 4)])
+    assert [tuple(p.values()) for p in near_pairs(np.arange(5), hashes, 4).to_pylist()] == four
+
+
+def test_identical_hashes_pair_at_distance_zero_once_each():
+    hashes = np.array([5, 9, 5, 5, 9], dtype=np.int64)
+    pairs = near_pairs(np.array([40, 30, 20, 10, 0]), hashes, 0).to_pylist()
+    assert pairs == [
+        {"a": 0, "b": 30, "distance": 0},
+        {"a": 10, "b": 20, "distance": 0},
+        {"a": 10, "b": 40, "distance": 0},
+        {"a": 20, "b": 40, "distance": 0},
+    ]
+
+
+def test_arrow_and_unsigned_inputs_give_the_same_pairs():
+    ids, hashes = planted_hashes(3, 600, 5)
+    expected = brute_force(ids, hashes, 5)
+    assert_same_pairs(near_pairs(pa.array(ids), pa.array(hashes), 5), expected)
+    assert_same_pairs(near_pairs(ids, hashes.view(np.uint64), 5), expected)
+
+
+def test_bad_inputs_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match="unique"):
+        near_pairs(np.array([1, 1]), np.array([0, 0]), 2)
+    with pytest.raises(ValueError, match="null"):
+        near_pairs(pa.array([1, 2]), pa.array([0, None], pa.int64()), 2)
+    with pytest.raises(ValueError, match="ids but"):
+        near_pairs(np.array([1, 2, 3]), np.array([0, 0]), 2)
+    with pytest.raises(ValueError, match="max_distance"):
+        near_pairs(np.array([1, 2]), np.array([0, 0]), 40)
+    empty = near_pairs(np.array([7]), np.array([0]), 4)
+    assert empty.num_rows == 0 and empty.schema.names == ["a", "b", "distance"]
+
+
+@pytest.mark.parametrize("n", [2_000, 1_000_000])
+def test_band_layout_tiles_the_hash_and_meets_the_pigeonhole_bound(n):
+    for r in range(0, 17):
+        layout = band_layout(r, n_hashes=n)
+        radii = band_radii(r, layout)
+        assert [s for s, _ in layout] == list(np.cumsum([0] + [w for _, w in layout])[:-1])
+        assert sum(w for _, w in layout) == 64
+        assert min(radii) >= 0 and sum(t + 1 for t in radii) == r + 1
+
+
+def test_default_radii_layouts_are_the_measured_fast_ones():
+    # Chosen by the cost model; measured fastest on 1M random hashes (see the module docstring).
+    assert [w for _, w in band_layout(8)] == [18, 16, 15, 15]
+    assert band_radii(8, band_layout(8)) == [2, 1, 1, 1]
+    assert band_radii(10, band_layout(10)) == [2, 2, 2, 1]
+
+
+def test_candidates_are_far_fewer_than_all_pairs():
+    rng = np.random.default_rng(1)
+    hashes = rng.integers(0, 1 << 64, size=20_000, dtype=np.uint64)
+    candidates = count_candidates(hashes, 8)
+    assert 0 < candidates < 20_000 * 19_999 / 2 / 20
+
+
+# --- connected components ---------------------------------------------------------------------
+
+
+def bfs_labels(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    adj = [[] for _ in range(n)]
+    for x, y in zip(a.tolist(), b.tolist()):
+        adj[x].append(y)
+        adj[y].append(x)
+    labels = np.full(n, -1)
+    for start in range(n):  # ascending, so each component is labelled by its smallest node
+        if labels[start] >= 0:
+            continue
+        labels[start] = start
+        queue = deque([start])
+        while queue:
+            for y in adj[queue.popleft()]:
+                if labels[y] < 0:
+                    labels[y] = start
+                    queue.append(y)
+    return labels
+
+
+def test_chain_in_scrambled_order_is_one_component_labelled_by_its_smallest_node():
+    order = np.random.default_rng(0).permutation(100)
+    a, b = order[:-1], order[1:]  # a path through all nodes in random order
+    labels = connected_components(100, b, a)
+    assert (labels == 0).all()
+
+
+def test_star_isolated_nodes_self_loops_and_repeated_edges():
+    a = np.array([9, 9, 9, 4, 7, 7])
+    b = np.array([2, 5, 8, 4, 3, 3])
+    labels = connected_components(11, a, b)
+    assert labels.tolist() == [0, 1, 2, 3, 4, 2, 6, 3, 2, 2, 10]
+
+
+def test_no_edges_leaves_every_node_alone():
+    assert connected_components(4, np.array([], np.int64), np.array([], np.int64)).tolist() == [0, 1, 2, 3]
+
+
+def test_components_match_breadth_first_search_on_random_graphs():
+    rng = np.random.default_rng(5)
+    for n, m in ((50, 30), (500, 400), (2000, 2500)):
+        a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+        np.testing.assert_array_equal(connected_components(n, a, b), bfs_labels(n, a, b))
+
+
+def test_edges_outside_the_nodes_are_refused():
+    with pytest.raises(ValueError, match="nodes 0..2"):
+        connected_components(3, np.array([0]), np.array([3]))
+
+
+# --- canonical choice -------------------------------------------------------------------------
+
+
+def members(rows: list[tuple]) -> pa.Table:
+    names = ["node", "cluster", "dataset", "image_key", "sha256", "width", "height", "bytes", "hash"]
+    cols = list(zip(*rows))
+    types = [pa.int64(), pa.int64(), pa.string(), pa.string(), pa.string(), pa.int32(), pa.int32(), pa.int64(), pa.int64()]
+    return pa.table({n: pa.array(c, t) for n, c, t in zip(names, cols, types)})
+
+
+def by_key(table: pa.Table) -> dict[str, dict]:
+    return {r["image_key"]: r for r in table.to_pylist()}
+
+
+def test_resolution_beats_bytes_dataset_and_key():
+    t = canonical_table(members([
+        (0, 0, "mmrb2", "a", "s1", 100, 100, 9_000, 0),
+        (1, 0, "visualprm", "z", "s2", 200, 100, 10, 0b11),
+    ]))
+    assert by_key(t)["z"]["is_canonical"] and not by_key(t)["a"]["is_canonical"]
+
+
+def test_bytes_decide_between_equal_resolutions():
+    t = canonical_table(members([
+        (0, 0, "mmrb2", "a", "s1", 100, 100, 500, 0),
+        (1, 0, "visualprm", "z", "s2", 50, 200, 900, 1),
+    ]))
+    assert by_key(t)["z"]["is_canonical"]
+
+
+def test_eval_dataset_wins_a_tie_on_resolution_and_bytes():
+    t = canonical_table(members([
+        (0, 0, "visualprm", "a", "s1", 64, 64, 100, 0),
+        (1, 0, "mmrb2", "z", "s2", 64, 64, 100, 1),
+        (2, 0, "folder", "0", "s3", 64, 64, 100, 1),
+    ]))
+    assert [r["image_key"] for r in t.to_pylist()] == ["z", "a", "0"]  # canonical first, then rule order
+
+
+def test_smallest_key_wins_a_full_tie():
+    t = canonical_table(members([
+        (0, 0, "visualprm", "img_2.jpg", "s1", 64, 64, 100, 0),
+        (1, 0, "visualprm", "img_10.jpg", "s1", 64, 64, 100, 0),
+    ]))
+    assert by_key(t)["img_10.jpg"]["is_canonical"]  # string order: "img_10" < "img_2"
+
+
+def test_unknown_sizes_never_beat_known_ones():
+    t = canonical_table(members([
+        (0, 0, "mmrb2", "a", "s1", None, None, None, 0),
+        (1, 0, "visualprm", "b", "s2", 1, 1, 1, 0),
+    ]))
+    assert by_key(t)["b"]["is_canonical"]
+
+
+def test_kind_distance_and_cluster_id_of_members():
+    t = canonical_table(members([
+        (0, 0, "mmrb2", "big", "same", 200, 200, 100, -1),
+        (1, 0, "visualprm", "copy", "same", 100, 100, 100, -1),
+        (2, 0, "visualprm", "edit", "other", 100, 100, 100, -1 ^ 0b1011),
+        (3, 3, "visualprm", "alone", "x", 10, 10, 10, 42),
+    ]))
+    rows = by_key(t)
+    cid = hashlib.sha256(b"mmrb2/big").hexdigest()[:16]
+    assert {k: (r["cluster_id"], r["is_canonical"], r["distance_to_canonical"], r["kind"]) for k, r in rows.items()} == {
+        "big": (cid, True, 0, None),
+        "copy": (cid, False, 0, "exact"),
+        "edit": (cid, False, 3, "near"),
+        "alone": (hashlib.sha256(b"visualprm/alone").hexdigest()[:16], True, 0, None),
+    }
+    assert t.column_names[:9] == ["node", "cluster", "dataset", "image_key", "sha256", "width", "height", "bytes", "hash"]
+
+
+def test_choose_canonical_lists_one_member_per_cluster():
+    chosen = choose_canonical(members([
+        (0, 0, "visualprm", "a", "s", 10, 10, 1, 0),
+        (1, 0, "mmrb2", "b", "s", 10, 10, 1, 0),
+        (2, 2, "visualprm", "c", "s", 10, 10, 1, 0),
+    ]))
+    assert chosen.to_pylist() == [
+        {"cluster": 0, "node": 1, "dataset": "mmrb2", "image_key": "b"},
+        {"cluster": 2, "node": 2, "dataset": "visualprm", "image_key": "c"},
+    ]
+
+
+def test_search_then_clusters_end_to_end():
+    # Three near copies of one image (a chain) and an unrelated one.
+    base = 0x0123_4567_89AB_CDEF
+    hashes = np.array([base, base ^ 0b11, base ^ 0b1111, ~base], dtype=np.int64)
+    pairs = near_pairs(np.arange(4), hashes, 2)
+    labels = connected_components(4, pairs["a"].to_numpy(), pairs["b"].to_numpy())
+    assert labels.tolist() == [0, 0, 0, 3]
+    t = canonical_table(members([
+        (i, int(labels[i]), "visualprm", f"k{i}", f"s{i}", 10 + i, 10, 5, int(hashes[i])) for i in range(4)
+    ]))
+    assert [(r["image_key"], r["is_canonical"], r["distance_to_canonical"]) for r in t.to_pylist()] == [
+        ("k2", True, 0), ("k1", False, 2), ("k0", False, 4), ("k3", True, 0),
+    ]
