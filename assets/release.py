@@ -1,29 +1,37 @@
-"""The release asset: gather staged tables, publish an immutable release, refresh the warehouse."""
+"""Release assets: assemble a candidate from the staged tables, let the blocking checks judge it
+(checks/release.py), then publish an immutable release and refresh the warehouse."""
 
-
+import json
 from pathlib import Path
 from typing import Optional
 
 import dagster as dg
 import pyarrow as pa
 
+from checks.rules import CheckOutcome
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
+from pipeline.staging import read_staged, write_staged
 from pipeline.visualprm.export import render_meta
-from pipeline.staging import read_staged
 from warehouse.duck import sync_warehouse
 from warehouse.store import ReleaseStore, release_id_for
 
 from assets.common import snapshot_of
 
 GROUP = "release"
+CANDIDATE_FILE = "candidate.json"
+CHECKS_DIR = "checks"
+
+QUALITY_SCHEMA = pa.schema(
+    [("release_id", pa.string()), ("check", pa.string()), ("passed", pa.bool_()), ("severity", pa.string()), ("details", pa.string())]
+)
 
 
 def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
     """Merge staged outputs; `quarantine` rows from every stage are concatenated into one table."""
     tables: dict[str, pa.Table] = {}
-    quarantine = [pa.table({f.name: [] for f in QUARANTINE_SCHEMA}, schema=QUARANTINE_SCHEMA)]
+    quarantine = [QUARANTINE_SCHEMA.empty_table()]
     for item in staged:
         for name, table in read_staged(item["tables"]).items():
             if name == "quarantine":
@@ -36,9 +44,19 @@ def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
     return tables
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1")
-def warehouse_release(
-    context: dg.AssetExecutionContext,
+def write_outcome(candidate: dict, outcome: CheckOutcome) -> None:
+    folder = Path(candidate["dir"]) / CHECKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{outcome.check}.json").write_text(outcome.to_json())
+
+
+def read_outcomes(candidate: dict) -> dict[str, dict]:
+    folder = Path(candidate["dir"]) / CHECKS_DIR
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+@dg.asset(group_name=GROUP, kinds={"parquet"}, code_version="1")
+def release_candidate(
     rewardhouse: RewardhouseResource,
     mmrb2_raw: Optional[dict],
     mmrb2_annotations: dict,
@@ -49,9 +67,9 @@ def warehouse_release(
     visualprm_export: dict,
     image_hashes: dict,
     image_dedupe: dict,
-) -> dg.MaterializeResult:
-    """Publish the staged tables and exports as a content-addressed release and point the
-    warehouse at it."""
+) -> dg.Output[dict]:
+    """Every table of the next release, its content-derived id, sources and exports, staged
+    together so the blocking checks can judge the release as a whole before anything is published."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     raws = {"mmrb2": snapshot_of(mmrb2_raw), "visualprm": snapshot_of(visualprm_raw)}
     tables = collect_tables(
@@ -61,22 +79,67 @@ def warehouse_release(
         name: {"source": s.source, "revisions": s.revisions, "files": s.checksums()} if s else {"absent": True}
         for name, s in raws.items()
     }
-    inputs = {name: s.checksums() if s else None for name, s in raws.items()}
-    release_id = release_id_for(inputs, TRANSFORM_VERSION, settings.fingerprint())
-    rows = visualprm_export["rows"]
+    release_id = release_id_for({name: s.checksums() if s else None for name, s in raws.items()},
+                                TRANSFORM_VERSION, settings.fingerprint())
+    folder = layout.staging / "candidates" / release_id
+    # A candidate is judged afresh on every run: stale outcomes must not vouch for it.
+    for old in (folder / CHECKS_DIR).glob("*.json") if (folder / CHECKS_DIR).is_dir() else []:
+        old.unlink()
+    candidate = {
+        "release_id": release_id,
+        "dir": str(folder),
+        "tables": write_staged(folder / "tables", tables),
+        "sources": sources,
+        "settings": settings.fingerprint(),
+        "export": {k: visualprm_export[k] for k in ("files", "images", "rows", "removed")},
+    }
+    (folder / CANDIDATE_FILE).write_text(json.dumps(candidate, indent=2, sort_keys=True))
+    return dg.Output(
+        candidate,
+        metadata={"release_id": release_id, **{f"rows_{t}": dg.MetadataValue.int(v.num_rows) for t, v in tables.items()}},
+    )
 
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1")
+def warehouse_release(
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: dict
+) -> dg.MaterializeResult:
+    """Publish the judged candidate as an immutable release (with its check results in
+    `quality_results`) and point the warehouse at it. Runs only when no blocking check failed."""
+    from checks.release import REQUIRED_CHECKS
+
+    layout, settings = rewardhouse.layout(), rewardhouse.settings()
+    candidate = release_candidate
+    release_id = candidate["release_id"]
+    outcomes = read_outcomes(candidate)
+    missing = sorted(set(REQUIRED_CHECKS) - set(outcomes))
+    if missing:
+        raise dg.Failure(description=f"release {release_id} was not judged: checks {', '.join(missing)} have no result; "
+                                     "materialize release_candidate together with its checks")
+    blocking = sorted(name for name, o in outcomes.items() if not o["passed"] and o["severity"] == "ERROR")
+    if blocking:
+        raise dg.Failure(description=f"release {release_id} blocked by failed checks: {', '.join(blocking)}")
+
+    tables = read_staged(candidate["tables"])
+    tables["quality_results"] = pa.Table.from_pylist(
+        [{"release_id": release_id, "check": name, "passed": o["passed"], "severity": o["severity"],
+          "details": json.dumps(o["details"], sort_keys=True)} for name, o in sorted(outcomes.items())],
+        schema=QUALITY_SCHEMA,
+    )
+    export = candidate["export"]
+    rows = export["rows"]
     store = ReleaseStore(layout.releases)
     store.sweep_temporaries()
     manifest, published = store.publish(
         release_id,
         tables,
         code_version=TRANSFORM_VERSION,
-        sources=sources,
-        settings=settings.fingerprint(),
-        files={rel: Path(p) for rel, p in visualprm_export["files"].items()},
-        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in visualprm_export["images"].items()}},
+        sources=candidate["sources"],
+        settings=candidate["settings"],
+        files={rel: Path(p) for rel, p in export["files"].items()},
+        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in export["images"].items()}},
         rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
-        summary={"export": {"rows": rows, "removed": visualprm_export["removed"]}},
+        summary={"export": {"rows": rows, "removed": export["removed"]}},
     )
     pruned = store.prune(settings.keep_releases)
     sync_warehouse(store, layout.warehouse)

@@ -41,6 +41,19 @@ def _failure_messages(result) -> list[str]:
     return messages
 
 
+def _check_summary(evaluation) -> str:
+    """The first violation or failing expectation of a check, in one line."""
+    details = evaluation.metadata.get("details")
+    value = getattr(details, "value", None) or getattr(details, "data", None) or {}
+    if value.get("violations"):
+        name, v = next(iter(value["violations"].items()))
+        return f"{name} ({v['count']}, e.g. {v['sample'][:3]})"
+    if value.get("failures"):
+        f = value["failures"][0]
+        return f"{f['expectation']} on {f.get('column')} (e.g. {f.get('sample', [])[:3]})"
+    return str(value)[:200]
+
+
 def cmd_run(args) -> int:
     import dagster as dg
 
@@ -72,15 +85,25 @@ def cmd_run(args) -> int:
             },
             raise_on_error=False,
         )
-    if not result.success:
-        for line in _failure_messages(result) or ["the run failed; see the Dagster UI (make dev) for the event log"]:
-            print(f"rewardhouse: {line}", file=sys.stderr)
-        print(f"run {result.run_id} failed (Dagster home {home})", file=sys.stderr)
-        return 1
-
+    failed_checks = [
+        e for e in result.get_asset_check_evaluations() if not e.passed and e.severity == dg.AssetCheckSeverity.ERROR
+    ]
+    warned = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed and e.severity != dg.AssetCheckSeverity.ERROR]
     md = {}
     for mat in result.asset_materializations_for_node("warehouse_release"):
         md = {k: v.value for k, v in mat.metadata.items()}
+    if failed_checks or not md:
+        for e in failed_checks:
+            print(f"rewardhouse: check {e.check_name} failed: {_check_summary(e)}", file=sys.stderr)
+        for line in _failure_messages(result):
+            print(f"rewardhouse: {line}", file=sys.stderr)
+        why = "blocking checks failed" if failed_checks else "the run failed"
+        print(f"no release published ({why}); the previous release stays current. "
+              f"Run {result.run_id} is in the Dagster UI (make dev; Dagster home {home})", file=sys.stderr)
+        return 1
+    if warned:
+        print(f"warnings from checks: {', '.join(sorted(warned))} (see quality_results)", file=sys.stderr)
+
     status = "published" if md.get("published") else "unchanged (no new release)"
     print(f"release {md.get('release_id')}: {status}")
     print(f"warehouse: {layout.warehouse}")

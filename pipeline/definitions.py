@@ -6,10 +6,11 @@ import dagster as dg
 
 from assets import dedupe, mmrb2, release, visualprm
 from checks import mmrb2 as mmrb2_checks
+from checks import release as release_checks
 from pipeline.resources import default_resource
 
 all_assets = dg.load_assets_from_modules([mmrb2, visualprm, dedupe, release])
-all_checks = dg.load_asset_checks_from_modules([mmrb2_checks])
+all_checks = dg.load_asset_checks_from_modules([mmrb2_checks, release_checks])
 
 # The main job: every asset, raw to release. `rewardhouse run` and `make run` execute it.
 refresh_job = dg.define_asset_job("refresh", selection=dg.AssetSelection.all(), description="Raw → staged → release, all datasets.")

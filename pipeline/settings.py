@@ -44,6 +44,23 @@ class ZipLimits:
 
 
 @dataclass(frozen=True)
+class QualitySettings:
+    """Bounds the release gate checks against. The label defaults follow the upstream facts
+    (about 10% negative steps, 1..16 steps per sample); see README "Quality checks"."""
+
+    max_steps: int = 16
+    positive_rate: tuple[float, float] = (0.75, 0.97)  # overall share of "+" steps
+    source_positive_rate: tuple[float, float] = (0.5, 1.0)  # per source with enough samples
+    min_source_samples: int = 20
+    drift_psi: float = 0.25  # population stability index above this is drift
+    drift_row_change: float = 0.5  # |rows - previous| / previous above this is drift
+    drift_severity: str = "WARN"
+    max_cluster_size: int = 100
+    quarantine_budget: float = 0.05  # share of a dataset's records (and of its images) quarantined
+    budget_severity: str = "WARN"
+
+
+@dataclass(frozen=True)
 class Settings:
     source: str = "sample"  # sample | local | hf
     local_path: str | None = None
@@ -56,6 +73,7 @@ class Settings:
     workers: int = 0  # processes for hashing; 0 = every core
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
+    quality: QualitySettings = field(default_factory=QualitySettings)
 
     def fingerprint(self) -> dict:
         """Settings that change table content, and so belong in the release id (not `workers`)."""
@@ -65,6 +83,7 @@ class Settings:
             "dedupe_max_distance": self.dedupe_max_distance,
             "export_keep_duplicates": self.export_keep_duplicates,
             "export_keep_contaminated": self.export_keep_contaminated,
+            "quality": asdict(self.quality),
         }
 
 

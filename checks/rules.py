@@ -1,0 +1,190 @@
+"""The release gate's own checks (plain Python + DuckDB, no Dagster): referential integrity, the
+step-label distribution, drift against the previous release, dedupe sanity, quarantine budget.
+
+Each returns a CheckOutcome; severity ERROR means the release must not be published.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+import pyarrow as pa
+
+from pipeline.settings import QualitySettings
+
+ERROR, WARN = "ERROR", "WARN"
+
+
+@dataclass
+class CheckOutcome:
+    check: str
+    passed: bool
+    severity: str
+    details: dict = field(default_factory=dict)
+
+    @property
+    def blocks(self) -> bool:
+        return not self.passed and self.severity == ERROR
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, default=str)
+
+
+def connect(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+    return con
+
+
+def _violations(con, rules: list[tuple[str, str]], sample: int = 5) -> dict:
+    """rules: (name, query returning offending keys). Returns {name: {count, sample}} of the failing."""
+    found = {}
+    for name, sql in rules:
+        rows = con.execute(f"select * from ({sql}) limit 1000000").fetchall()
+        if rows:
+            found[name] = {"count": len(rows), "sample": [r[0] if len(r) == 1 else list(r) for r in rows[:sample]]}
+    return found
+
+
+def referential_integrity(con) -> CheckOutcome:
+    """Every reference resolves or is quarantined with a reason; every child row has its parent."""
+    rules = [
+        ("response item without pair", "select distinct i.pair_id from mmrb2_response_items i anti join mmrb2_pairs p using (pair_id)"),
+        ("prompt item without pair", "select distinct i.pair_id from mmrb2_prompt_items i anti join mmrb2_pairs p using (pair_id)"),
+        ("response image not in inventory",
+         "select distinct i.image_name from mmrb2_response_items i anti join mmrb2_images m using (image_name) where i.kind = 'image'"),
+        ("bad MMRB2 image not quarantined",
+         """select m.image_name from mmrb2_images m where m.status <> 'ok' and m.referenced and not exists (
+                select 1 from quarantine q where q.dataset = 'mmrb2' and q.record_key = m.image_name and q.reason is not null)"""),
+        ("step without sample", "select distinct s.sample_id from prm_steps s anti join prm_samples p using (sample_id)"),
+        ("sample image not in inventory",
+         "select distinct r.ref from prm_samples p, unnest(p.image_refs) as r(ref) anti join prm_images i on i.image_key = r.ref"),
+        ("corrupt VisualPRM image not quarantined",
+         """select i.image_key from prm_images i where i.status = 'corrupt' and not exists (
+                select 1 from quarantine q where q.dataset = 'visualprm' and q.record_key = i.image_key)"""),
+        ("cluster member not hashed",
+         "select c.dataset, c.image_key from duplicate_clusters c anti join image_hashes h using (dataset, image_key)"),
+        ("contamination key not hashed",
+         """select x.train_image_key from contamination x where not exists (select 1 from image_hashes h where h.dataset = 'visualprm' and h.image_key = x.train_image_key)
+            or not exists (select 1 from image_hashes h where h.dataset = 'mmrb2' and h.image_key = x.eval_image_key)"""),
+    ]
+    bad = _violations(con, rules)
+    return CheckOutcome("referential_integrity", not bad, ERROR, {"violations": bad, "rules": len(rules)})
+
+
+def step_labels(con, q: QualitySettings) -> CheckOutcome:
+    """Labels only "+"/"-", 1..max_steps steps per sample, no sample without steps, and positive
+    rates (overall, and per source with enough samples) within bounds."""
+    rules = [
+        ("label not + or -", "select sample_id, step_index, label from prm_steps where label is null or label not in ('+', '-')"),
+        (f"steps per sample outside 1..{q.max_steps}",
+         f"select sample_id, n_steps from prm_samples where n_steps is null or n_steps < 1 or n_steps > {q.max_steps}"),
+        ("sample without steps", "select p.sample_id from prm_samples p anti join prm_steps s using (sample_id)"),
+        ("n_steps disagrees with prm_steps",
+         "select p.sample_id from prm_samples p join (select sample_id, count(*) n from prm_steps group by 1) s using (sample_id) where s.n <> p.n_steps"),
+    ]
+    bad = _violations(con, rules)
+    steps = con.execute("select count(*), count(*) filter (where label = '+') from prm_steps").fetchone()
+    details: dict = {"violations": bad, "steps": steps[0]}
+    if steps[0]:
+        rate = steps[1] / steps[0]
+        details["positive_rate"] = round(rate, 6)
+        lo, hi = q.positive_rate
+        if not lo <= rate <= hi:
+            bad["overall positive rate out of bounds"] = {"count": 1, "sample": [f"{rate:.4f} not in [{lo}, {hi}]"]}
+        lo, hi = q.source_positive_rate
+        per_source = con.execute(
+            f"""select coalesce(p.source, '(unknown)'), count(distinct p.sample_id), avg((s.label = '+')::double)
+                from prm_steps s join prm_samples p using (sample_id) group by 1
+                having count(distinct p.sample_id) >= {int(q.min_source_samples)} order by 1"""
+        ).fetchall()
+        details["source_positive_rate"] = {src: round(r, 6) for src, _, r in per_source}
+        out = [f"{src}: {r:.4f}" for src, _, r in per_source if not lo <= r <= hi]
+        if out:
+            bad["source positive rate out of bounds"] = {"count": len(out), "sample": out[:5]}
+    return CheckOutcome("step_label_distribution", not bad, ERROR, details)
+
+
+def psi(expected: dict, actual: dict, floor: float = 1e-4) -> float:
+    """Population stability index of two categorical distributions (counts by category)."""
+    keys = set(expected) | set(actual)
+    te, ta = sum(expected.values()) or 1, sum(actual.values()) or 1
+    total = 0.0
+    for k in keys:
+        e = max(expected.get(k, 0) / te, floor)
+        a = max(actual.get(k, 0) / ta, floor)
+        total += (a - e) * math.log(a / e)
+    return total
+
+
+_LABEL_DIST = "select coalesce(p.source, '(unknown)') || ' ' || s.label, count(*) from prm_steps s join prm_samples p using (sample_id) group by 1"
+_STEPS_DIST = "select n_steps::varchar, count(*) from prm_samples group by 1"
+
+
+def drift(con, previous: duckdb.DuckDBPyConnection | None, previous_id: str | None, row_counts: dict,
+          previous_counts: dict | None, q: QualitySettings) -> CheckOutcome:
+    """Per-source label distribution and steps-per-sample distribution against the previous
+    release (PSI), and row-count change per table."""
+    if previous is None:
+        return CheckOutcome("drift_vs_previous", True, q.drift_severity, {"note": "first release: nothing to compare"})
+    details: dict = {"previous_release": previous_id}
+    drifted = {}
+    for name, sql in (("label_distribution_psi", _LABEL_DIST), ("steps_per_sample_psi", _STEPS_DIST)):
+        now, before = dict(con.execute(sql).fetchall()), dict(previous.execute(sql).fetchall())
+        if not now and not before:
+            continue
+        value = psi(before, now)
+        details[name] = round(value, 6)
+        if value > q.drift_psi:
+            drifted[name] = round(value, 6)
+    changes = {}
+    for table, rows in sorted(row_counts.items()):
+        old = (previous_counts or {}).get(table)
+        if old:
+            change = abs(rows - old) / old
+            if change > q.drift_row_change:
+                changes[table] = {"previous": old, "now": rows, "change": round(change, 4)}
+    if changes:
+        drifted["row_counts"] = changes
+    details["drifted"] = drifted
+    return CheckOutcome("drift_vs_previous", not drifted, q.drift_severity, details)
+
+
+def dedupe_sanity(con, q: QualitySettings) -> CheckOutcome:
+    largest = con.execute("select coalesce(max(n), 0) from (select count(*) n from duplicate_clusters group by cluster_id)").fetchone()[0]
+    clusters = con.execute("select count(distinct cluster_id) from duplicate_clusters").fetchone()[0]
+    contaminated = con.execute("select count(*), count(distinct train_image_key), count(distinct eval_image_key) from contamination").fetchone()
+    details = {"clusters": clusters, "largest_cluster": largest, "max_cluster_size": q.max_cluster_size,
+               "contamination_pairs": contaminated[0], "contaminated_train_images": contaminated[1],
+               "eval_images_copied": contaminated[2]}
+    return CheckOutcome("dedupe_sanity", largest <= q.max_cluster_size, WARN, details)
+
+
+def quarantine_budget(con, q: QualitySettings) -> CheckOutcome:
+    """Quarantined share of each dataset's records (read/parse stages) and of its images
+    (unpack/decode/resolve/hash). Export exclusions are decisions, not rejections: not counted."""
+    sql = """
+    with records as (
+        select 'mmrb2' as dataset, 'records' as kind, (select count(*) from mmrb2_pairs) as kept,
+               (select count(*) from quarantine where dataset = 'mmrb2' and stage in ('read', 'parse', 'parse_prompts')) as rejected
+        union all
+        select 'visualprm', 'records', (select count(*) from prm_samples),
+               (select count(*) from quarantine where dataset = 'visualprm' and stage in ('read', 'parse'))
+        union all
+        select 'mmrb2', 'images', (select count(*) from mmrb2_images where status = 'ok'),
+               (select count(*) from quarantine where dataset = 'mmrb2' and stage in ('unpack', 'decode', 'resolve', 'hash'))
+        union all
+        select 'visualprm', 'images', (select count(*) from prm_images where status = 'ok'),
+               (select count(*) from quarantine where dataset = 'visualprm' and stage in ('unpack', 'decode', 'hash'))
+    )
+    select dataset, kind, kept, rejected, rejected / nullif(kept + rejected, 0) as share from records order by 1, 2
+    """
+    rows = con.execute(sql).fetchall()
+    shares = {f"{d} {k}": {"kept": kept, "quarantined": rej, "share": round(share or 0.0, 6)} for d, k, kept, rej, share in rows}
+    over = {k: v for k, v in shares.items() if v["share"] > q.quarantine_budget}
+    return CheckOutcome("quarantine_budget", not over, q.budget_severity,
+                        {"budget": q.quarantine_budget, "shares": shares, "over_budget": sorted(over)})

@@ -1,0 +1,190 @@
+"""GX suites of the published tables: a real sample release passes, planted faults are caught with
+the right expectation and the offending values, and Data Docs are rendered under docs_root."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from checks.suites import COLUMNS, SUITE_TABLES, Limits, build_suite, validate_tables
+from conftest import published_home
+
+
+@pytest.fixture(scope="session")
+def release_tables(tmp_path_factory) -> dict[str, pa.Table]:
+    """Every published table of `rewardhouse run` on the embedded sample."""
+    with published_home(tmp_path_factory.mktemp("gx_release")) as root:
+        release = root / "releases" / (root / "releases" / "CURRENT").read_text().strip()
+        return {table: pq.read_table(release / f"{table}.parquet") for table in SUITE_TABLES}
+
+
+@pytest.fixture(scope="session")
+def sample_run(release_tables, tmp_path_factory):
+    """One validation of the whole sample release, shared by the tests that only read it."""
+    docs_root = tmp_path_factory.mktemp("gx_docs")
+    results, index = validate_tables(release_tables, docs_root, "sample")
+    return docs_root, results, index
+
+
+def with_cell(table: pa.Table, column: str, row: int, value) -> pa.Table:
+    values = table[column].to_pylist()
+    values[row] = value
+    i = table.schema.get_field_index(column)
+    return table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+
+
+def only_failure(results, table: str):
+    result = results[table]
+    assert not result.passed
+    assert len(result.failures) == 1, [(f.expectation, f.column) for f in result.failures]
+    failure = result.failures[0]
+    json.dumps(dataclasses.asdict(failure))  # JSON-safe, as the docs promise
+    return failure
+
+
+def test_every_table_of_the_sample_release_passes_its_suite(sample_run, release_tables):
+    _, results, _ = sample_run
+    assert set(results) == set(SUITE_TABLES)
+    for table, result in results.items():
+        assert result.passed, (table, [dataclasses.asdict(f) for f in result.failures])
+        assert result.failures == []
+        assert result.rows == release_tables[table].num_rows
+        assert result.evaluated >= len(COLUMNS[table]) + 2  # column set + a type per column + rules
+    assert results["prm_steps"].rows > 1000 and results["mmrb2_pairs"].rows == 29
+
+
+def test_suites_match_the_published_schema(release_tables):
+    for table in SUITE_TABLES:
+        assert set(release_tables[table].column_names) == set(COLUMNS[table]), table
+        suite = build_suite(table)
+        assert suite.name == table
+        types = {e.expectation_type for e in suite.expectations}
+        assert "expect_table_columns_to_match_set" in types
+
+
+def test_a_label_that_is_neither_plus_nor_minus_is_caught(release_tables, tmp_path):
+    steps = with_cell(release_tables["prm_steps"], "label", 3, "x")
+    results, _ = validate_tables({"prm_steps": steps}, tmp_path, "label")
+    failure = only_failure(results, "prm_steps")
+    assert (failure.expectation, failure.column) == ("expect_column_values_to_be_in_set", "label")
+    assert failure.unexpected_count == 1 and failure.sample == ["x"]
+    assert failure.kwargs["value_set"] == ["+", "-"]
+
+
+def test_a_duplicate_pair_id_is_caught(release_tables, tmp_path):
+    pairs = release_tables["mmrb2_pairs"]
+    doubled = pa.concat_tables([pairs, pairs.slice(2, 1)])
+    results, _ = validate_tables({"mmrb2_pairs": doubled}, tmp_path, "duplicate")
+    failure = only_failure(results, "mmrb2_pairs")
+    assert (failure.expectation, failure.column) == ("expect_column_values_to_be_unique", "pair_id")
+    assert failure.unexpected_count == 2
+    assert failure.sample == [pairs["pair_id"][2].as_py()]
+
+
+def test_a_human_rating_outside_the_limits_is_caught(release_tables, tmp_path):
+    pairs = release_tables["mmrb2_pairs"]
+    row = pairs["task"].to_pylist().index("t2i")
+    bad = with_cell(pairs, "human_annotations", row, "[7, 5, 5]")
+    results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "rating")
+    failure = only_failure(results, "mmrb2_pairs")
+    assert (failure.expectation, failure.column) == ("expect_column_values_to_match_json_schema", "human_annotations")
+    assert failure.unexpected_count == 1 and failure.sample == ["[7, 5, 5]"]
+    assert failure.kwargs["json_schema"]["items"]["maximum"] == 6
+
+    # the same ratings pass once the limits allow 7
+    results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "rating-wide", Limits(ratings=(1, 7)))
+    assert results["mmrb2_pairs"].passed
+
+
+def test_too_many_steps_are_caught_with_the_limit_from_settings(release_tables, tmp_path):
+    samples = with_cell(release_tables["prm_samples"], "n_steps", 0, 17)
+    results, _ = validate_tables({"prm_samples": samples}, tmp_path, "steps")
+    failure = only_failure(results, "prm_samples")
+    assert (failure.expectation, failure.column) == ("expect_column_values_to_be_between", "n_steps")
+    assert failure.sample == [17] and failure.kwargs["max_value"] == 16
+
+    results, _ = validate_tables({"prm_samples": samples}, tmp_path, "steps-wide", Limits(max_steps=17))
+    assert results["prm_samples"].passed
+
+
+def test_a_missing_column_is_caught_by_the_column_set(release_tables, tmp_path):
+    items = release_tables["mmrb2_response_items"].drop_columns(["image_name"])
+    results, _ = validate_tables({"mmrb2_response_items": items}, tmp_path, "missing")
+    result = results["mmrb2_response_items"]
+    assert not result.passed
+    by_type = {f.expectation: f for f in result.failures if f.error is None}
+    assert list(by_type) == ["expect_table_columns_to_match_set"]
+    assert by_type["expect_table_columns_to_match_set"].sample == ["missing: image_name"]
+    # the expectations on the absent column cannot run; they fail and say why
+    errors = [f for f in result.failures if f.error is not None]
+    assert errors and all(f.column == "image_name" and "absent" in f.error for f in errors)
+
+
+def test_an_extra_column_is_a_schema_change(release_tables, tmp_path):
+    quarantine = release_tables["quarantine"]
+    extra = quarantine.append_column("note", pa.array([None] * quarantine.num_rows, pa.string()))
+    results, _ = validate_tables({"quarantine": extra}, tmp_path, "extra")
+    failure = only_failure(results, "quarantine")
+    assert failure.expectation == "expect_table_columns_to_match_set" and failure.sample == ["unexpected: note"]
+
+
+def test_a_bad_sha256_is_caught(release_tables, tmp_path):
+    hashes = with_cell(release_tables["image_hashes"], "sha256", 0, "ABC123")
+    results, _ = validate_tables({"image_hashes": hashes}, tmp_path, "sha")
+    failure = only_failure(results, "image_hashes")
+    assert (failure.expectation, failure.column) == ("expect_column_values_to_match_regex", "sha256")
+    assert failure.sample == ["ABC123"]
+
+
+def test_a_wrong_column_type_is_caught(release_tables, tmp_path):
+    steps = release_tables["prm_steps"]
+    i = steps.schema.get_field_index("step_index")
+    as_text = steps.set_column(i, "step_index", steps["step_index"].cast(pa.string()))
+    results, _ = validate_tables({"prm_steps": as_text}, tmp_path, "types")
+    failed = {(f.expectation, f.column) for f in results["prm_steps"].failures}
+    assert ("expect_column_values_to_be_in_type_list", "step_index") in failed
+
+
+def test_missing_tables_are_skipped_and_unknown_ones_ignored(release_tables, tmp_path):
+    results, _ = validate_tables({"contamination": release_tables["contamination"],
+                                  "not_a_table": release_tables["quarantine"]}, tmp_path, "subset")
+    assert list(results) == ["contamination"] and results["contamination"].passed
+
+
+def test_data_docs_index_names_the_suites_and_a_second_run_adds_to_it(sample_run, release_tables):
+    docs_root, _, index = sample_run
+    assert index is not None and index.is_file()
+    assert index.is_relative_to(docs_root)
+    html = index.read_text()
+    assert "mmrb2_pairs" in html and "prm_steps" in html
+
+    results, again = validate_tables({"prm_steps": release_tables["prm_steps"]}, docs_root, "second")
+    assert results["prm_steps"].passed and again == index
+    html = index.read_text()
+    assert "validations/prm_steps/second/" in html and "validations/prm_steps/sample/" in html  # both runs listed
+    gx_root = docs_root / "gx"
+    assert len(list((gx_root / "expectations").glob("*.json"))) == len(SUITE_TABLES)  # updated, not added again
+    assert len(list((gx_root / "validation_definitions").glob("*.json"))) == len(SUITE_TABLES)
+    assert "analytics_enabled: false" in (gx_root / "great_expectations.yml").read_text()
+
+
+def test_nothing_is_written_outside_docs_root(release_tables, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    validate_tables({"quarantine": release_tables["quarantine"]}, tmp_path / "docs", "where")
+    assert [p.name for p in tmp_path.iterdir()] == ["docs"]
+    assert [p.name for p in (tmp_path / "docs").iterdir()] == ["gx"]
+
+
+def test_unusable_docs_root_still_validates_and_says_why(release_tables, tmp_path, caplog):
+    not_a_folder = tmp_path / "docs"
+    not_a_folder.write_text("a file where the docs should go")
+    with caplog.at_level(logging.WARNING, logger="checks.suites"):
+        results, index = validate_tables({"quarantine": release_tables["quarantine"]}, not_a_folder, "nodocs")
+    assert results["quarantine"].passed and index is None
+    assert "Data Docs not built" in caplog.text

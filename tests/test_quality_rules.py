@@ -1,0 +1,89 @@
+"""The release gate's rules on a real sample candidate, and on copies broken in the ways that matter."""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from checks import rules
+from conftest import published_home
+from pipeline.settings import QualitySettings
+from warehouse.store import ReleaseStore
+
+Q = QualitySettings()
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    with published_home(tmp_path_factory.mktemp("rules")) as root:
+        store = ReleaseStore(root / "releases")
+        rid = store.current()
+        import pyarrow.parquet as pq
+
+        yield {p.stem: pq.read_table(p) for p in store.path(rid).glob("*.parquet")}
+
+
+def replace_column(table: pa.Table, name: str, values) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, pa.array(values, table.schema.field(name).type))
+
+
+def test_sample_passes_every_rule(tables):
+    con = rules.connect(tables)
+    outcomes = [rules.referential_integrity(con), rules.step_labels(con, Q), rules.dedupe_sanity(con, Q),
+                rules.quarantine_budget(con, Q), rules.drift(con, None, None, {}, None, Q)]
+    assert all(o.passed for o in outcomes), [o for o in outcomes if not o.passed]
+    assert outcomes[-1].details == {"note": "first release: nothing to compare"}
+    assert 0.75 < outcomes[1].details["positive_rate"] < 0.97
+
+
+def test_label_x_fails_the_label_rule(tables):
+    steps = tables["prm_steps"]
+    labels = steps["label"].to_pylist()
+    labels[3] = "x"
+    out = rules.step_labels(rules.connect({**tables, "prm_steps": replace_column(steps, "label", labels)}), Q)
+    assert not out.passed and out.blocks and out.details["violations"]["label not + or -"]["count"] == 1
+
+
+def test_forty_point_drop_in_positive_rate_fails(tables):
+    steps = tables["prm_steps"]
+    labels = steps["label"].to_pylist()
+    flip = [i for i, l in enumerate(labels) if l == "+"][: int(0.4 * len(labels))]
+    for i in flip:
+        labels[i] = "-"
+    broken = {**tables, "prm_steps": replace_column(steps, "label", labels)}
+    out = rules.step_labels(rules.connect(broken), Q)
+    assert out.blocks and "overall positive rate out of bounds" in out.details["violations"]
+    drift = rules.drift(rules.connect(broken), rules.connect(tables), "r0", {}, None, Q)
+    assert not drift.passed and drift.details["drifted"]["label_distribution_psi"] > Q.drift_psi
+
+
+def test_dangling_image_reference_fails_referential_integrity(tables):
+    items = tables["mmrb2_response_items"]
+    names = items["image_name"].to_pylist()
+    first = next(i for i, n in enumerate(names) if n)
+    names[first] = "nowhere_0.jpg"
+    out = rules.referential_integrity(rules.connect({**tables, "mmrb2_response_items": replace_column(items, "image_name", names)}))
+    assert out.blocks and out.details["violations"]["response image not in inventory"]["sample"] == ["nowhere_0.jpg"]
+
+
+def test_drift_on_row_counts_and_unchanged_data(tables):
+    con = rules.connect(tables)
+    counts = {t: v.num_rows for t, v in tables.items()}
+    same = rules.drift(con, rules.connect(tables), "prev", counts, counts, Q)
+    assert same.passed and same.details["label_distribution_psi"] == 0
+    halved = {t: n * 3 for t, n in counts.items() if n}
+    moved = rules.drift(con, rules.connect(tables), "prev", counts, halved, Q)
+    assert not moved.passed and moved.severity == "WARN" and "prm_steps" in moved.details["drifted"]["row_counts"]
+
+
+def test_quarantine_budget_and_cluster_bound(tables):
+    q = QualitySettings(quarantine_budget=0.001, max_cluster_size=1)
+    con = rules.connect(tables)
+    budget = rules.quarantine_budget(con, q)
+    assert not budget.passed and not budget.blocks and "visualprm records" in budget.details["over_budget"]
+    sanity = rules.dedupe_sanity(con, q)
+    assert not sanity.passed and sanity.details["contamination_pairs"] >= 1
+
+
+def test_psi_is_zero_for_equal_and_grows_with_shift():
+    assert rules.psi({"a": 10, "b": 10}, {"a": 10, "b": 10}) == 0
+    assert rules.psi({"a": 90, "b": 10}, {"a": 50, "b": 50}) > 0.25 > rules.psi({"a": 90, "b": 10}, {"a": 88, "b": 12})
