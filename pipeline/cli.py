@@ -54,8 +54,22 @@ def _check_summary(evaluation) -> str:
     return str(value)[:200]
 
 
+def _parse_value(text: str):
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
 def cmd_run(args) -> int:
     import dagster as dg
+
+    from pipeline.resources import RewardhouseResource
 
     layout = Layout()
     home = prepare_dagster_home(layout)
@@ -74,6 +88,12 @@ def cmd_run(args) -> int:
         config["workers"] = args.workers
     config["export_keep_duplicates"] = args.keep_duplicates
     config["export_keep_contaminated"] = args.keep_contaminated
+    for item in args.set or []:
+        key, _, value = item.partition("=")
+        if not _ or key not in RewardhouseResource.model_fields:
+            known = ", ".join(sorted(RewardhouseResource.model_fields))
+            return _fail(f"--set {item!r}: expected KEY=VALUE with KEY one of {known}", 2)
+        config[key] = _parse_value(value)
     job = defs.resolve_job_def("refresh")
     with dg.DagsterInstance.get() as instance:
         result = job.execute_in_process(
@@ -244,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-duplicates", action="store_true", help="keep duplicate rollouts in the training export")
     run.add_argument("--keep-contaminated", action="store_true",
                      help="keep samples whose image is a near-copy of an eval image in the training export")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="any setting of the rewardhouse resource, e.g. --set positive_rate_min=0.8 (repeatable)")
     run.add_argument("-v", "--verbose", action="store_true", help="stream Dagster's event log to the terminal")
     run.set_defaults(func=cmd_run)
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import dagster as dg
 
-from pipeline.settings import DEFAULT_MAX_DISTANCE, Layout, Settings
+from pipeline.settings import DEFAULT_MAX_DISTANCE, Layout, QualitySettings, Settings
 
 
 class RewardhouseResource(dg.ConfigurableResource):
@@ -24,6 +24,16 @@ class RewardhouseResource(dg.ConfigurableResource):
     workers: int = 0
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
+    # Release-gate bounds (see QualitySettings for meaning and defaults).
+    max_steps: int = QualitySettings.max_steps
+    positive_rate_min: float = QualitySettings.positive_rate[0]
+    positive_rate_max: float = QualitySettings.positive_rate[1]
+    drift_psi: float = QualitySettings.drift_psi
+    drift_row_change: float = QualitySettings.drift_row_change
+    drift_severity: str = QualitySettings.drift_severity
+    max_cluster_size: int = QualitySettings.max_cluster_size
+    quarantine_budget: float = QualitySettings.quarantine_budget
+    budget_severity: str = QualitySettings.budget_severity
 
     def settings(self) -> Settings:
         return Settings(
@@ -35,6 +45,16 @@ class RewardhouseResource(dg.ConfigurableResource):
             workers=self.workers,
             export_keep_duplicates=self.export_keep_duplicates,
             export_keep_contaminated=self.export_keep_contaminated,
+            quality=QualitySettings(
+                max_steps=self.max_steps,
+                positive_rate=(self.positive_rate_min, self.positive_rate_max),
+                drift_psi=self.drift_psi,
+                drift_row_change=self.drift_row_change,
+                drift_severity=self.drift_severity.upper(),
+                max_cluster_size=self.max_cluster_size,
+                quarantine_budget=self.quarantine_budget,
+                budget_severity=self.budget_severity.upper(),
+            ),
         )
 
     def layout(self) -> Layout:
