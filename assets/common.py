@@ -2,7 +2,10 @@
 
 import hashlib
 import json
-from typing import Optional
+import os
+import warnings
+from pathlib import Path
+from typing import Callable, Optional
 
 import dagster as dg
 import pyarrow as pa
@@ -35,3 +38,83 @@ def raw_metadata(snapshot: Optional[RawSnapshot]) -> dict:
 
 def snapshot_of(raw: Optional[dict]) -> Optional[RawSnapshot]:
     return RawSnapshot.from_dict(raw) if raw else None
+
+
+# --- reuse of unchanged work ---------------------------------------------------------------------
+# A staged folder is keyed by everything its content depends on (input checksums, code version,
+# settings), so a folder that holds a finished result *is* that result: an unchanged nightly run
+# reuses it instead of recomputing. The key is also reported as the asset's data version.
+
+RESULT_FILE = "_result.json"
+
+
+def md(text: str) -> dict:
+    """Mark a metadata value as markdown (kept JSON-serialisable for the reuse record)."""
+    return {"__md__": text}
+
+
+def _to_metadata(plain: dict) -> dict:
+    out = {}
+    for key, value in plain.items():
+        if isinstance(value, dict) and "__md__" in value:
+            out[key] = dg.MetadataValue.md(value["__md__"])
+        elif isinstance(value, dict):
+            out[key] = dg.MetadataValue.json(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _files_in(value) -> list[str]:
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in _files_in(v)]
+    if isinstance(value, list):
+        return [f for v in value for f in _files_in(v)]
+    return [value] if isinstance(value, str) and value.startswith("/") and "." in value.rsplit("/", 1)[-1] else []
+
+
+def _output(value, metadata: dict, version: str) -> dg.Output:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)  # data_version is beta in Dagster 1.13, and used as designed
+        return dg.Output(value, metadata=metadata, data_version=dg.DataVersion(version))
+
+
+def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> dg.Output:
+    """Return the recorded result of `folder` if it is complete, else run `compute` (which writes
+    the staged files under `folder` and returns (value, plain metadata)) and record it."""
+    record = folder / RESULT_FILE
+    if record.is_file():
+        saved = json.loads(record.read_text())
+        if all(Path(f).exists() for f in _files_in(saved["value"])):
+            context.log.info(f"inputs unchanged: reusing {folder}")
+            return _output(saved["value"], {**_to_metadata(saved["metadata"]), "reused": True}, folder.name)
+    value, plain = compute()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{RESULT_FILE}.tmp"
+    tmp.write_text(json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
+    os.replace(tmp, record)
+    return _output(value, {**_to_metadata(plain), "reused": False}, folder.name)
+
+
+def plain_counts(tables: dict[str, pa.Table]) -> dict:
+    return {f"rows_{name}": t.num_rows for name, t in tables.items()}
+
+
+def preview(table: pa.Table, n: int = 5, columns: Optional[list[str]] = None, width: int = 48) -> dict:
+    """The first rows of a table as a markdown table, long cells cut."""
+    table = table.select(columns) if columns else table
+    def cell(v) -> str:
+        text = "" if v is None else str(v)
+        text = text.replace("|", "\\|").replace("\n", " ")
+        return text if len(text) <= width else text[: width - 1] + "…"
+    lines = ["| " + " | ".join(table.column_names) + " |", "|" + "---|" * table.num_columns]
+    lines += ["| " + " | ".join(cell(v) for v in row.values()) + " |" for row in table.slice(0, n).to_pylist()]
+    return md("\n".join(lines) + f"\n\n{table.num_rows} rows")
+
+
+def bars(rows: list[tuple[str, float, str]], width: int = 30) -> dict:
+    """A markdown bar chart: (label, value in 0..1, shown text) per row."""
+    lines = ["| | | |", "|---|---|---|"]
+    lines += [f"| {label} | `{'█' * round(value * width)}{'░' * (width - round(value * width))}` | {text} |"
+              for label, value, text in rows]
+    return md("\n".join(lines))

@@ -55,7 +55,7 @@ def read_outcomes(candidate: dict) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
-@dg.asset(group_name=GROUP, kinds={"parquet"}, code_version="1")
+@dg.asset(group_name="quality", kinds={"parquet"}, code_version="1")
 def release_candidate(
     rewardhouse: RewardhouseResource,
     mmrb2_raw: Optional[dict],

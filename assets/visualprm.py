@@ -19,12 +19,12 @@ from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
 from pipeline.visualprm.stats import label_stats
 
-from assets.common import raw_metadata, row_counts, snapshot_of, staging_key
+from assets.common import bars, plain_counts, preview, raw_metadata, reuse_or_run, snapshot_of, staging_key
 
-GROUP = "visualprm"
+RAW, STAGED, IMAGES, DEDUPE = "raw", "staged", "images", "dedupe"
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "file"}, code_version="1")
+@dg.asset(group_name=RAW, kinds={"python", "file"}, code_version="1", owners=["team:data"], tags={"dataset": "visualprm"})
 def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[dict]]:
     """VisualPRM400K raw files (parquet shards, or InternVL jsonl + images), checksummed.
     None when a local folder holds neither form."""
@@ -37,106 +37,127 @@ def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseRes
     return dg.Output(snapshot.to_dict() if snapshot else None, metadata=raw_metadata(snapshot))
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1")
-def visualprm_samples(rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict]) -> dg.Output[dict]:
+@dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="1", tags={"dataset": "visualprm"})
+def visualprm_samples(
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict]
+) -> dg.Output[dict]:
     """`messages` parsed into prm_samples and prm_steps (vectorised, in DuckDB), plus
     prm_label_stats; rows of unknown shape are quarantined with a reason."""
     snapshot = snapshot_of(visualprm_raw)
     settings = rewardhouse.settings()
-    con = connect()
-    if snapshot is not None and prm_parquet_files(snapshot):
-        rejected = load_parquet_input(con, prm_parquet_files(snapshot))
-    elif snapshot is not None:
-        rejected = load_jsonl_input(con, prm_jsonl_files(snapshot))
-    else:
-        rejected = load_parquet_input(con, [])
-    tables = parse_prm(con, threshold=settings.prm_label_threshold)
-    tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), tables["quarantine"].cast(quarantine_table([]).schema)])
-    tables["prm_label_stats"] = label_stats(tables["prm_samples"])
-    key = staging_key(snapshot, {"threshold": settings.prm_label_threshold})
-    out = rewardhouse.layout().staging / "visualprm_samples" / key
-    paths = write_staged(out, tables)
-    # prm_samples is published by visualprm_export, once dedupe has marked duplicates.
-    internal = {"prm_samples": paths.pop("prm_samples")}
-    overall = tables["prm_label_stats"].filter(pc.equal(tables["prm_label_stats"]["scope"], "overall")).to_pylist()
-    md = {**row_counts(tables), "staged": dg.MetadataValue.path(str(out))}
-    if overall:
-        md["positive_rate"] = dg.MetadataValue.float(overall[0]["positive_rate"])
-    return dg.Output({"tables": paths, "internal": internal}, metadata=md)
+    out = rewardhouse.layout().staging / "visualprm_samples" / staging_key(snapshot, {"threshold": settings.prm_label_threshold})
+
+    def compute():
+        con = connect()
+        if snapshot is not None and prm_parquet_files(snapshot):
+            rejected = load_parquet_input(con, prm_parquet_files(snapshot))
+        elif snapshot is not None:
+            rejected = load_jsonl_input(con, prm_jsonl_files(snapshot))
+        else:
+            rejected = load_parquet_input(con, [])
+        tables = parse_prm(con, threshold=settings.prm_label_threshold)
+        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), tables["quarantine"].cast(quarantine_table([]).schema)])
+        stats = tables["prm_label_stats"] = label_stats(tables["prm_samples"])
+        paths = write_staged(out, tables)
+        # prm_samples is published by visualprm_export, once dedupe has marked duplicates.
+        internal = {"prm_samples": paths.pop("prm_samples")}
+        metadata = {
+            **plain_counts(tables),
+            "label_distribution": bars([(r["source"], r["positive_rate"], f"{r['positive_rate']:.1%} + of {r['steps']} steps")
+                                        for r in stats.to_pylist()]),
+            "steps_per_sample": steps_histogram(tables["prm_samples"]),
+            "preview": preview(tables["prm_steps"], columns=["sample_id", "step_index", "label", "text"]),
+        }
+        return {"tables": paths, "internal": internal}, metadata
+
+    return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="1")
+def steps_histogram(samples: pa.Table) -> dict:
+    if samples.num_rows == 0:
+        return bars([])
+    counts = samples.group_by("n_steps").aggregate([("sample_id", "count")]).sort_by("n_steps").to_pylist()
+    top = max(c["sample_id_count"] for c in counts)
+    return bars([(f"{c['n_steps']} steps", c["sample_id_count"] / top, str(c["sample_id_count"])) for c in counts])
+
+
+@dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="1", tags={"dataset": "visualprm"})
 def visualprm_images(
-    rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict], visualprm_samples: dict
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict], visualprm_samples: dict
 ) -> dg.Output[dict]:
     """Every referenced image: embedded bytes decoded, path references resolved against the local
     image folder/zips; each image with bytes is kept once in the content-addressed image store."""
     snapshot = snapshot_of(visualprm_raw)
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    samples = read_staged(visualprm_samples["internal"])["prm_samples"]
-    refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
-    table, rejected = inventory_prm_images(
-        refs,
-        prm_parquet_files(snapshot) if snapshot else [],
-        prm_image_root(snapshot) if snapshot else None,
-        prm_image_zips(snapshot) if snapshot else [],
-        settings.zip_limits,
-        ImageStore(layout.image_store),
-    )
-    tables = {"prm_images": table, "quarantine": quarantine_table(rejected)}
     out = layout.staging / "visualprm_images" / staging_key(snapshot, settings.fingerprint())
-    paths = write_staged(out, tables)
-    status = table.column("status").to_pylist()
-    return dg.Output(
-        {"tables": paths},
-        metadata={
-            **row_counts(tables),
-            **{f"images_{s}": dg.MetadataValue.int(status.count(s)) for s in ("ok", "corrupt", "unresolved")},
-        },
-    )
+
+    def compute():
+        samples = read_staged(visualprm_samples["internal"])["prm_samples"]
+        refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
+        table, rejected = inventory_prm_images(
+            refs,
+            prm_parquet_files(snapshot) if snapshot else [],
+            prm_image_root(snapshot) if snapshot else None,
+            prm_image_zips(snapshot) if snapshot else [],
+            settings.zip_limits,
+            ImageStore(layout.image_store),
+        )
+        tables = {"prm_images": table, "quarantine": quarantine_table(rejected)}
+        status = table.column("status").to_pylist()
+        metadata = {
+            **plain_counts(tables),
+            **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "unresolved")},
+            "preview": preview(table, columns=["image_key", "origin", "width", "height", "status"]),
+        }
+        return {"tables": write_staged(out, tables)}, metadata
+
+    return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "file"}, code_version="1")
+@dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="1", tags={"dataset": "visualprm"})
 def visualprm_export(
-    rewardhouse: RewardhouseResource, visualprm_samples: dict, visualprm_images: dict, image_dedupe: dict
+    context: dg.AssetExecutionContext,
+    rewardhouse: RewardhouseResource,
+    visualprm_samples: dict,
+    visualprm_images: dict,
+    image_dedupe: dict,
 ) -> dg.Output[dict]:
     """prm_samples with their dedupe marks (duplicate rollout, contaminated by an eval image), and
     the InternVL training files: `visualprm_train.jsonl` + `.parquet` (+ meta at publish time).
     Duplicates and contaminated samples are left out unless a setting keeps them; samples whose
     images cannot be loaded are left out with a quarantine row."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    staged = read_staged({**visualprm_samples["internal"], **visualprm_samples["tables"],
-                          **visualprm_images["tables"], **image_dedupe["tables"]})
-    samples = mark_samples(staged["prm_samples"], staged["prm_steps"], staged["prm_images"],
-                           staged["duplicate_clusters"], staged["contamination"])
-    drop_duplicate = pc.and_(samples["is_duplicate"], pa.scalar(not settings.export_keep_duplicates))
-    drop_contaminated = pc.and_(samples["is_contaminated"], pa.scalar(not settings.export_keep_contaminated))
-    keep = pc.invert(pc.or_(drop_duplicate, drop_contaminated))
-    removed = {  # a sample may be both a duplicate and contaminated: dedupe_total counts it once
-        "duplicate": pc.sum(drop_duplicate).as_py() or 0,
-        "contaminated": pc.sum(drop_contaminated).as_py() or 0,
-        "dedupe_total": samples.num_rows - (pc.sum(keep).as_py() or 0),
-    }
     key = staging_key(None, {"s": visualprm_samples["internal"], "i": visualprm_images["tables"],
                              "d": image_dedupe["tables"], "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]})
     out = layout.staging / "visualprm_export" / key
-    result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
-    removed["image_unavailable"] = len(result.excluded)
-    excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
-    in_export = pc.and_(keep, pc.invert(pc.is_in(samples["sample_id"], value_set=excluded_ids)))
-    samples = samples.append_column("in_export", in_export)
-    paths = write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)})
-    return dg.Output(
-        {
-            "tables": paths,
+
+    def compute():
+        staged = read_staged({**visualprm_samples["internal"], **visualprm_samples["tables"],
+                              **visualprm_images["tables"], **image_dedupe["tables"]})
+        samples = mark_samples(staged["prm_samples"], staged["prm_steps"], staged["prm_images"],
+                               staged["duplicate_clusters"], staged["contamination"])
+        drop_duplicate = pc.and_(samples["is_duplicate"], pa.scalar(not settings.export_keep_duplicates))
+        drop_contaminated = pc.and_(samples["is_contaminated"], pa.scalar(not settings.export_keep_contaminated))
+        keep = pc.invert(pc.or_(drop_duplicate, drop_contaminated))
+        removed = {  # a sample may be both a duplicate and contaminated: dedupe_total counts it once
+            "duplicate": pc.sum(drop_duplicate).as_py() or 0,
+            "contaminated": pc.sum(drop_contaminated).as_py() or 0,
+            "dedupe_total": samples.num_rows - (pc.sum(keep).as_py() or 0),
+        }
+        result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
+        removed["image_unavailable"] = len(result.excluded)
+        excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
+        in_export = pc.and_(keep, pc.invert(pc.is_in(samples["sample_id"], value_set=excluded_ids)))
+        samples = samples.append_column("in_export", in_export)
+        value = {
+            "tables": write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)}),
             "files": {f"exports/{result.jsonl.name}": str(result.jsonl), f"exports/{result.parquet.name}": str(result.parquet)},
             "images": {rel: str(layout.image_store / src) for rel, src in result.image_files.items()},
             "rows": result.rows,
             "removed": removed,
-        },
-        metadata={
-            "rows": dg.MetadataValue.int(result.rows),
-            "images": dg.MetadataValue.int(len(result.image_files)),
-            **{f"removed_{k}": dg.MetadataValue.int(v) for k, v in removed.items()},
-        },
-    )
+        }
+        metadata = {"rows": result.rows, "images": len(result.image_files), **{f"removed_{k}": v for k, v in removed.items()},
+                    "preview": preview(samples, columns=["sample_id", "source", "n_steps", "is_duplicate", "is_contaminated", "in_export"])}
+        return value, metadata
+
+    return reuse_or_run(context, out, compute)
