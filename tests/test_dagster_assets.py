@@ -49,3 +49,21 @@ def test_dagster_finds_the_code_location_from_pyproject_without_flags(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Validation successful for code location rewardhouse" in out.stderr + out.stdout
+
+
+def test_unchanged_input_reuses_staged_work_and_reports_data_versions(tmp_path):
+    resource = RewardhouseResource(source="sample", home=str(tmp_path))
+    everything = list(defs.assets) + list(defs.asset_checks)
+    with dg.DagsterInstance.ephemeral() as instance:
+        first = dg.materialize(everything, resources={"rewardhouse": resource}, instance=instance)
+        second = dg.materialize(everything, resources={"rewardhouse": resource}, instance=instance)
+    heavy = ["mmrb2_annotations", "mmrb2_images", "visualprm_samples", "visualprm_images", "image_hashes", "image_dedupe", "visualprm_export"]
+    for name in heavy:
+        (a,) = first.asset_materializations_for_node(name)
+        (b,) = second.asset_materializations_for_node(name)
+        assert a.metadata["reused"].value is False and b.metadata["reused"].value is True, name
+        assert a.tags["dagster/data_version"] == b.tags["dagster/data_version"], name
+    (release,) = second.asset_materializations_for_node("warehouse_release")
+    assert release.metadata["published"].value is False
+    gx = next(e for e in second.get_asset_check_evaluations() if e.check_name == "gx_prm_steps")
+    assert "reused_from_release" in gx.metadata["details"].value
