@@ -21,7 +21,7 @@ test: bootstrap
 
 dev: bootstrap
 	@mkdir -p "$(DAGSTER_HOME)"
-	@test -f "$(DAGSTER_HOME)/dagster.yaml" || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
+	@cmp -s dagster.yaml "$(DAGSTER_HOME)/dagster.yaml" || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
 	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h 127.0.0.1 -p 3000
 
 bench: bootstrap

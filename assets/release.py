@@ -100,7 +100,7 @@ def release_candidate(
     )
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1")
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1", pool="warehouse")
 def warehouse_release(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: dict
 ) -> dg.MaterializeResult:

@@ -22,9 +22,9 @@ def prepare_dagster_home(layout: Layout) -> Path:
     """Use a persistent DAGSTER_HOME inside the data root (unless one is set) with the repo's dagster.yaml."""
     home = Path(os.environ.get("DAGSTER_HOME") or layout.dagster_home)
     home.mkdir(parents=True, exist_ok=True)
-    src = REPO_ROOT / "dagster.yaml"
-    if src.is_file() and not (home / "dagster.yaml").is_file():
-        shutil.copyfile(src, home / "dagster.yaml")
+    src, dst = REPO_ROOT / "dagster.yaml", home / "dagster.yaml"
+    if src.is_file() and (not dst.is_file() or dst.read_bytes() != src.read_bytes()):
+        shutil.copyfile(src, dst)  # the repository's instance settings win over an older copy
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 

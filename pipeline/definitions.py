@@ -8,6 +8,8 @@ from assets import dedupe, mmrb2, release, visualprm
 from checks import mmrb2 as mmrb2_checks
 from checks import release as release_checks
 from pipeline.resources import default_resource
+from pipeline.schedules import nightly_refresh
+from pipeline.sensors import run_failure_notifier, upstream_change_sensor
 
 all_assets = dg.load_assets_from_modules([mmrb2, visualprm, dedupe, release])
 all_checks = dg.load_asset_checks_from_modules([mmrb2_checks, release_checks])
@@ -19,5 +21,7 @@ defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     jobs=[refresh_job],
+    schedules=[nightly_refresh],
+    sensors=[upstream_change_sensor, run_failure_notifier],
     resources={"rewardhouse": default_resource()},
 )

@@ -34,6 +34,8 @@ class RewardhouseResource(dg.ConfigurableResource):
     max_cluster_size: int = QualitySettings.max_cluster_size
     quarantine_budget: float = QualitySettings.quarantine_budget
     budget_severity: str = QualitySettings.budget_severity
+    hf_image_revision: Optional[str] = None
+    hf_visualprm_revision: Optional[str] = None
 
     def settings(self) -> Settings:
         return Settings(
@@ -45,6 +47,8 @@ class RewardhouseResource(dg.ConfigurableResource):
             workers=self.workers,
             export_keep_duplicates=self.export_keep_duplicates,
             export_keep_contaminated=self.export_keep_contaminated,
+            hf_image_revision=self.hf_image_revision,
+            hf_visualprm_revision=self.hf_visualprm_revision,
             quality=QualitySettings(
                 max_steps=self.max_steps,
                 positive_rate=(self.positive_rate_min, self.positive_rate_max),

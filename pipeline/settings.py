@@ -74,6 +74,9 @@ class Settings:
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
     quality: QualitySettings = field(default_factory=QualitySettings)
+    # hf source: move to these Hub commits (the upstream sensor sets them); None keeps the lock.
+    hf_image_revision: str | None = None
+    hf_visualprm_revision: str | None = None
 
     def fingerprint(self) -> dict:
         """Settings that change table content, and so belong in the release id (not `workers`)."""

@@ -53,7 +53,7 @@ def fetch(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawS
     # HF_ENDPOINT / HF_TOKEN as huggingface_hub reads them; the raw-file host can be redirected
     # too (a mirror, or a loopback server in tests).
     base = os.environ.get("REWARDHOUSE_GITHUB_RAW", "https://raw.githubusercontent.com")
-    return fetch_hf(layout.raw_source("hf"), cache, github_raw_base=base, log=log)
+    return fetch_hf(layout.raw_source("hf"), cache, github_raw_base=base, image_revision=settings.hf_image_revision, log=log)
 
 
 def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
@@ -73,4 +73,4 @@ def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: Non
         return snapshot_visualprm(path, "local", cache, revisions={"local": str(path.resolve())})
     from pipeline.sources.visualprm import fetch_visualprm_hf
 
-    return fetch_visualprm_hf(layout.raw_source("hf"), cache, log=log)
+    return fetch_visualprm_hf(layout.raw_source("hf"), cache, revision=settings.hf_visualprm_revision, log=log)
