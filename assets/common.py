@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
@@ -118,3 +119,18 @@ def bars(rows: list[tuple[str, float, str]], width: int = 30) -> dict:
     lines += [f"| {label} | `{'█' * round(value * width)}{'░' * (width - round(value * width))}` | {text} |"
               for label, value, text in rows]
     return md("\n".join(lines))
+
+
+def progress_logger(context, label: str, every: float = 5.0) -> Callable[[int, int, float], None]:
+    """A progress(done, total, rate) callback that logs done/total, rate and ETA at most every
+    `every` seconds (and at the end)."""
+    last = [0.0]
+
+    def report(done: int, total: int, rate: float) -> None:
+        now = time.monotonic()
+        if done == total or now - last[0] >= every:
+            last[0] = now
+            eta = (total - done) / rate if rate > 0 else 0.0
+            context.log.info(f"{label} {done}/{total} images ({rate:.0f} images/s, ETA {eta:.0f}s)")
+
+    return report

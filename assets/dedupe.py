@@ -13,22 +13,9 @@ from pipeline.quarantine import Rejection, quarantine_table
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import read_staged, write_staged
 
-from assets.common import bars, plain_counts, preview, reuse_or_run, snapshot_of, staging_key
+from assets.common import bars, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
 
 GROUP = "dedupe"
-
-
-def _progress(context: dg.AssetExecutionContext, label: str, every: float = 5.0):
-    last = [0.0]
-
-    def report(done: int, total: int, rate: float) -> None:
-        now = time.monotonic()
-        if done == total or now - last[0] >= every:
-            last[0] = now
-            eta = (total - done) / rate if rate > 0 else 0.0
-            context.log.info(f"{label}: hashed {done}/{total} images ({rate:.0f} images/s, ETA {eta:.0f}s)")
-
-    return report
 
 
 def _rows(dataset: str, results, sizes: dict[str, int]) -> tuple[list[dict], list[Rejection]]:
@@ -66,13 +53,13 @@ def image_hashes(
         rows, rejected = [], []
         if mm:
             results = hash_zip(snapshot.image_zip, [(r["image_name"], r["zip_entry"]) for r in mm], settings.zip_limits,
-                               workers=workers, progress=_progress(context, "mmrb2"))
+                               workers=workers, progress=progress_logger(context, "mmrb2: hashed"))
             got = _rows("mmrb2", results, {r["image_name"]: r["bytes"] for r in mm})
             rows += got[0]
             rejected += got[1]
         if vp:
             results = hash_files([(r["image_key"], layout.image_store / r["store_path"]) for r in vp],
-                                 workers=workers, progress=_progress(context, "visualprm"))
+                                 workers=workers, progress=progress_logger(context, "visualprm: hashed"))
             got = _rows("visualprm", results, {r["image_key"]: r["bytes"] for r in vp})
             rows += got[0]
             rejected += got[1]

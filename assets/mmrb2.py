@@ -13,7 +13,7 @@ from pipeline.sources import fetch
 from pipeline.sources.base import SourceError
 from pipeline.staging import write_staged
 
-from assets.common import plain_counts, preview, raw_metadata, reuse_or_run, snapshot_of, staging_key
+from assets.common import plain_counts, preview, progress_logger, raw_metadata, reuse_or_run, snapshot_of, staging_key
 
 RAW, STAGED, IMAGES = "raw", "staged", "images"
 
@@ -77,6 +77,7 @@ def mmrb2_images(
             set(mmrb2_annotations["response_images"]),
             settings.zip_limits,
             optional=set(mmrb2_annotations["prompt_images"]),
+            progress=progress_logger(context, "mmrb2 images: read"),
         )
         tables = {"mmrb2_images": images, "quarantine": quarantine_table(rejected)}
         status = images.column("status").to_pylist()

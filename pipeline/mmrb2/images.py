@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 import pyarrow as pa
 
@@ -36,7 +38,11 @@ def _lookup_names(name: str) -> tuple[str, ...]:
 
 
 def inventory_images(
-    zip_path: Path | None, referenced: set[str], limits: ZipLimits, optional: set[str] = frozenset()
+    zip_path: Path | None,
+    referenced: set[str],
+    limits: ZipLimits,
+    optional: set[str] = frozenset(),
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> tuple[pa.Table, list[Rejection]]:
     """One row per archive entry and per `referenced` name (missing ones included); `optional`
     names get a row only when the archive has them."""
@@ -61,7 +67,10 @@ def inventory_images(
             wanted.setdefault(hit, name)
     infos = list(scan_entries.values())
     if infos:
-        for info, data, error in iter_entries(zip_path, infos, limits):
+        started = time.monotonic()
+        for done, (info, data, error) in enumerate(iter_entries(zip_path, infos, limits), start=1):
+            if progress and (done % 500 == 0 or done == len(infos)):
+                progress(done, len(infos), done / max(time.monotonic() - started, 1e-9))
             stored = info.filename
             key = stored[len("images/"):] if stored.startswith("images/") else stored
             name = wanted.get(key, key)

@@ -72,6 +72,7 @@ DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 DOWNLOAD_ATTEMPTS = 3
 RETRY_PAUSE = 0.5
 HTTP_TIMEOUT = 60.0
+PROGRESS_SECONDS = 10.0  # how often a long download reports progress
 _CHUNK = 1 << 16
 _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -568,15 +569,27 @@ def _download_once(url: str, part: Path, log: Log, extra_headers: dict) -> None:
             length = resp.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
         received = 0
+        started = last = time.monotonic()
         try:
             with open(part, mode) as fh:
                 while block := resp.read(_CHUNK):
                     fh.write(block)
                     received += len(block)
+                    now = time.monotonic()
+                    if now - last >= PROGRESS_SECONDS:
+                        last = now
+                        log(_progress_line(part.name[: -len(".part")], offset + received, total, received / (now - started)))
         except (HTTPException, OSError) as exc:
             raise _Retry(f"connection lost after {offset + received} bytes ({type(exc).__name__})") from None
     if total is not None and offset + received != total:
         raise _Retry(f"connection closed after {offset + received} of {total} bytes")
+
+
+def _progress_line(name: str, done: int, total: int | None, rate: float) -> str:
+    if total:
+        eta = (total - done) / rate if rate > 0 else 0.0
+        return f"hf: {name}: {done / 1e6:.0f}/{total / 1e6:.0f} MB ({rate / 1e6:.1f} MB/s, ETA {eta:.0f}s)"
+    return f"hf: {name}: {done / 1e6:.0f} MB ({rate / 1e6:.1f} MB/s)"
 
 
 def _content_range(value: str | None) -> tuple[int | None, int | None]:
