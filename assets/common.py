@@ -22,10 +22,6 @@ def staging_key(snapshot: Optional[RawSnapshot], extra: Optional[dict] = None) -
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def row_counts(tables: dict[str, pa.Table]) -> dict:
-    return {f"rows_{name}": dg.MetadataValue.int(t.num_rows) for name, t in tables.items()}
-
-
 def raw_metadata(snapshot: Optional[RawSnapshot]) -> dict:
     if snapshot is None:
         return {"present": False}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -39,6 +40,11 @@ def shared_mmrb2() -> Path:
         # A missing oracle must not turn the acceptance tests into silent skips.
         pytest.fail(f"real MMRB2 annotation files not found at {SHARED}; set REWARDHOUSE_SHARED_DATA to the shared data folder")
     return SHARED
+
+
+def tree_digests(root: Path) -> dict[str, str]:
+    """sha256 of every file under root, by relative path (for determinism checks)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def stand_in_jpeg(seed: int) -> bytes:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageChops, ImageFile, ImageStat
 
+from conftest import tree_digests
 from pipeline.settings import MMRB2_TASKS, REPO_ROOT
 from pipeline.sources import sample
 from pipeline.sources.base import ChecksumCache, RawSnapshot
@@ -25,14 +26,6 @@ BENCH = Path("facebookresearch/MMRB2/benchmark")
 ZIP = Path("facebook/MMRB2_image/image.zip")
 PAIR_KEYS = ["id", "response_a", "response_b", "chosen", "human_annotations", "prompt_source", "prompt_metadata"]
 NEW_TASK_KEYS = ["pair_id", "prompt_content", "prompt_source", "prompt_metadata"]
-
-
-def _digests(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +75,13 @@ def _response_image_names(tasks) -> list[str]:
 def test_layout_has_exactly_the_upstream_files(root):
     expected = [str(ZIP), str(BENCH / "new_task_release.json")]
     expected += [str(BENCH / f"{t}_response_only.json") for t in MMRB2_TASKS]
-    assert sorted(_digests(root)) == sorted(expected)
+    assert sorted(tree_digests(root)) == sorted(expected)
 
 
 def test_two_writes_in_two_dirs_and_processes_are_identical(root, tmp_path):
     other = tmp_path / "again"
     write_sample(other)
-    assert _digests(other) == _digests(root)
+    assert tree_digests(other) == tree_digests(root)
 
     third = tmp_path / "subprocess"
     code = (
@@ -97,7 +90,7 @@ def test_two_writes_in_two_dirs_and_processes_are_identical(root, tmp_path):
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO_ROOT)}
     subprocess.run([sys.executable, "-c", code, str(third)], cwd=tmp_path, env=env, check=True, timeout=120)
-    assert _digests(third) == _digests(root)
+    assert tree_digests(third) == tree_digests(root)
 
 
 def test_rewrite_keeps_identical_files_and_mtimes_and_repairs_changed_ones(tmp_path):

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image, ImageChops, ImageFile, ImageStat
 
+from conftest import tree_digests
 from pipeline.settings import REPO_ROOT
 from pipeline.sources import sample as mmrb2
 from pipeline.sources import visualprm_sample as vs
@@ -32,14 +33,6 @@ from pipeline.sources.visualprm_sample import (
 )
 
 SOLUTION = "\n\n### Solution Process:\n"
-
-
-def _digests(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
@@ -126,13 +119,13 @@ def _parse(messages: str) -> dict:
 
 
 def test_layout_is_one_parquet_file(root):
-    assert sorted(_digests(root)) == [PARQUET_RELPATH]
+    assert sorted(tree_digests(root)) == [PARQUET_RELPATH]
 
 
 def test_two_writes_in_two_dirs_and_processes_are_identical(root, tmp_path):
     other = tmp_path / "again"
     write_visualprm_sample(other)
-    assert _digests(other) == _digests(root)
+    assert tree_digests(other) == tree_digests(root)
 
     third = tmp_path / "subprocess"
     code = (
@@ -141,7 +134,7 @@ def test_two_writes_in_two_dirs_and_processes_are_identical(root, tmp_path):
     )
     env = {**os.environ, "PYTHONHASHSEED": "4242", "PYTHONPATH": str(REPO_ROOT)}
     subprocess.run([sys.executable, "-c", code, str(third)], cwd=tmp_path, env=env, check=True, timeout=120)
-    assert _digests(third) == _digests(root)
+    assert tree_digests(third) == tree_digests(root)
 
 
 def test_rewrite_keeps_identical_file_and_mtime_and_repairs_a_changed_one(tmp_path):
@@ -609,7 +602,7 @@ def jsonl(tmp_path_factory) -> tuple[Path, VisualPRMSampleFacts]:
 def test_jsonl_is_deterministic_and_not_rewritten(jsonl, tmp_path):
     root, _ = jsonl
     write_internvl_jsonl_sample(tmp_path)
-    assert _digests(tmp_path) == _digests(root)
+    assert tree_digests(tmp_path) == tree_digests(root)
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
     write_internvl_jsonl_sample(tmp_path)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == mtimes
