@@ -33,6 +33,20 @@ def raw_metadata(snapshot: Optional[RawSnapshot]) -> dict:
     return md
 
 
+def fetch_output(context, fetcher: Callable, rewardhouse, dataset: str) -> dg.Output:
+    """A raw asset's body: fetch with the configured source, turn a SourceError into a Failure that
+    says what to do, and report an absent dataset (a local folder without it) as None."""
+    from pipeline.sources.base import SourceError
+
+    try:
+        snapshot = fetcher(rewardhouse.settings(), rewardhouse.layout(), log=context.log.info)
+    except SourceError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    if snapshot is None:
+        context.log.warning(f"{dataset} is absent from this source: its tables will be empty")
+    return dg.Output(snapshot.to_dict() if snapshot else None, metadata=raw_metadata(snapshot))
+
+
 def snapshot_of(raw: Optional[dict]) -> Optional[RawSnapshot]:
     return RawSnapshot.from_dict(raw) if raw else None
 

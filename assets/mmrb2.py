@@ -9,11 +9,10 @@ from pipeline.mmrb2.images import inventory_images
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.quarantine import quarantine_table
 from pipeline.resources import RewardhouseResource
-from pipeline.sources import fetch
-from pipeline.sources.base import SourceError
+from pipeline.sources import fetch_mmrb2
 from pipeline.staging import write_staged
 
-from assets.common import plain_counts, preview, progress_logger, raw_metadata, reuse_or_run, snapshot_of, staging_key
+from assets.common import fetch_output, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
 
 RAW, STAGED, IMAGES = "raw", "staged", "images"
 
@@ -22,13 +21,7 @@ RAW, STAGED, IMAGES = "raw", "staged", "images"
 def mmrb2_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[dict]]:
     """The upstream MMRB2 files (image zip + annotation JSONs) from the configured source, checksummed.
     None when a local folder holds no MMRB2 files at all."""
-    try:
-        snapshot = fetch(rewardhouse.settings(), rewardhouse.layout(), log=context.log.info)
-    except SourceError as exc:
-        raise dg.Failure(description=str(exc)) from None
-    if snapshot is None:
-        context.log.warning("MMRB2 is absent from this source: its tables will be empty")
-    return dg.Output(snapshot.to_dict() if snapshot else None, metadata=raw_metadata(snapshot))
+    return fetch_output(context, fetch_mmrb2, rewardhouse, "MMRB2")
 
 
 @dg.asset(group_name=STAGED, kinds={"python", "parquet"}, code_version="1")

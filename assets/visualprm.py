@@ -6,10 +6,9 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.quarantine import quarantine_table
+from pipeline.quarantine import QUARANTINE_SCHEMA, quarantine_table
 from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_visualprm
-from pipeline.sources.base import SourceError
 from pipeline.sources.visualprm import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.staging import read_staged, write_staged
 from pipeline.dedupe.decisions import mark_samples
@@ -19,7 +18,7 @@ from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
 from pipeline.visualprm.stats import label_stats
 
-from assets.common import bars, plain_counts, preview, raw_metadata, reuse_or_run, snapshot_of, staging_key
+from assets.common import bars, fetch_output, plain_counts, preview, reuse_or_run, snapshot_of, staging_key
 
 RAW, STAGED, IMAGES, DEDUPE = "raw", "staged", "images", "dedupe"
 
@@ -28,13 +27,7 @@ RAW, STAGED, IMAGES, DEDUPE = "raw", "staged", "images", "dedupe"
 def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[dict]]:
     """VisualPRM400K raw files (parquet shards, or InternVL jsonl + images), checksummed.
     None when a local folder holds neither form."""
-    try:
-        snapshot = fetch_visualprm(rewardhouse.settings(), rewardhouse.layout(), log=context.log.info)
-    except SourceError as exc:
-        raise dg.Failure(description=str(exc)) from None
-    if snapshot is None:
-        context.log.warning("VisualPRM400K is absent from this source: its tables will be empty")
-    return dg.Output(snapshot.to_dict() if snapshot else None, metadata=raw_metadata(snapshot))
+    return fetch_output(context, fetch_visualprm, rewardhouse, "VisualPRM400K")
 
 
 @dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="1", tags={"dataset": "visualprm"})
@@ -56,7 +49,7 @@ def visualprm_samples(
         else:
             rejected = load_parquet_input(con, [])
         tables = parse_prm(con, threshold=settings.prm_label_threshold)
-        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), tables["quarantine"].cast(quarantine_table([]).schema)])
+        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), tables["quarantine"].cast(QUARANTINE_SCHEMA)])
         stats = tables["prm_label_stats"] = label_stats(tables["prm_samples"])
         paths = write_staged(out, tables)
         # prm_samples is published by visualprm_export, once dedupe has marked duplicates.

@@ -7,10 +7,11 @@ candidate that was not judged and store the results in `quality_results`.
 import dagster as dg
 import duckdb
 
-from assets.release import read_staged, write_outcome
+from assets.release import write_outcome
 from checks import rules
 from checks.rules import CheckOutcome
 from pipeline.resources import RewardhouseResource
+from pipeline.staging import read_staged
 from warehouse.duck import schema_for
 from warehouse.store import ReleaseStore
 

@@ -36,7 +36,7 @@ def _check(source: str) -> None:
         raise SourceError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
 
 
-def fetch(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
+def fetch_mmrb2(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
     """MMRB2's raw files (image zip + annotation JSONs)."""
     _check(settings.source)
     cache = _cache(layout)
