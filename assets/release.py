@@ -120,7 +120,8 @@ def warehouse_release(
     if blocking:
         raise dg.Failure(description=f"release {release_id} blocked by failed checks: {', '.join(blocking)}")
 
-    tables = read_staged(candidate["tables"])
+    # The candidate's Parquet files are published as they are; only quality_results is new.
+    tables: dict = {name: Path(path) for name, path in candidate["tables"].items()}
     tables["quality_results"] = pa.Table.from_pylist(
         [{"release_id": release_id, "check": name, "passed": o["passed"], "severity": o["severity"],
           "details": json.dumps(o["details"], sort_keys=True)} for name, o in sorted(outcomes.items())],
