@@ -64,7 +64,7 @@ def md(text: str) -> dict:
     return {"__md__": text}
 
 
-def _to_metadata(plain: dict) -> dict:
+def to_metadata(plain: dict) -> dict:
     out = {}
     for key, value in plain.items():
         if isinstance(value, dict) and "__md__" in value:
@@ -90,21 +90,37 @@ def _output(value, metadata: dict, version: str) -> dg.Output:
         return dg.Output(value, metadata=metadata, data_version=dg.DataVersion(version))
 
 
-def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> dg.Output:
-    """Return the recorded result of `folder` if it is complete, else run `compute` (which writes
-    the staged files under `folder` and returns (value, plain metadata)) and record it."""
+def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> tuple[dict, dict, bool]:
+    """The recorded (value, plain metadata) of `folder` if it is complete, else run `compute`
+    (which writes the staged files under `folder` and returns them) and record it. The last item
+    says whether the record was reused."""
     record = folder / RESULT_FILE
     if record.is_file():
         saved = json.loads(record.read_text())
         if all(Path(f).exists() for f in _files_in(saved["value"])):
-            context.log.info(f"inputs unchanged: reusing {folder}")
-            return _output(saved["value"], {**_to_metadata(saved["metadata"]), "reused": True}, folder.name)
+            log.info(f"inputs unchanged: reusing {folder}")
+            return saved["value"], saved["metadata"], True
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{RESULT_FILE}.tmp"
     tmp.write_text(json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
     os.replace(tmp, record)
-    return _output(value, {**_to_metadata(plain), "reused": False}, folder.name)
+    return value, plain, False
+
+
+def recorded(folder: Path) -> Optional[dict]:
+    """The value recorded in a finished staged folder, or None."""
+    record = folder / RESULT_FILE
+    if not record.is_file():
+        return None
+    value = json.loads(record.read_text())["value"]
+    return value if all(Path(f).exists() for f in _files_in(value)) else None
+
+
+def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> dg.Output:
+    """reuse_or_compute as an asset's Output, the folder's key as its data version."""
+    value, plain, reused = reuse_or_compute(context.log, folder, compute)
+    return _output(value, {**to_metadata(plain), "reused": reused}, folder.name)
 
 
 def plain_counts(tables: dict[str, pa.Table]) -> dict:

@@ -1,24 +1,23 @@
 """Dedupe assets: perceptual hashes of every image of both datasets → clusters and contamination."""
 
 import time
-from typing import Optional
 
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.dedupe.decisions import HASHES_SCHEMA, find_duplicates
-from pipeline.dedupe.hashing import default_workers, hash_files, hash_zip
+from pipeline.dedupe.hashing import default_workers, hash_files
 from pipeline.quarantine import Rejection, quarantine_table
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import read_staged, write_staged
 
-from assets.common import bars, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
+from assets.common import bars, plain_counts, preview, progress_logger, reuse_or_run, staging_key
 
 GROUP = "dedupe"
 
 
-def _rows(dataset: str, results, sizes: dict[str, int]) -> tuple[list[dict], list[Rejection]]:
+def hash_rows(dataset: str, results, sizes: dict[str, int]) -> tuple[list[dict], list[Rejection]]:
     rows, rejected = [], []
     for r in results:
         if r.error:
@@ -33,37 +32,28 @@ def _rows(dataset: str, results, sizes: dict[str, int]) -> tuple[list[dict], lis
 def image_hashes(
     context: dg.AssetExecutionContext,
     rewardhouse: RewardhouseResource,
-    mmrb2_raw: Optional[dict],
     mmrb2_images: dict,
     visualprm_images: dict,
 ) -> dg.Output[dict]:
     """sha256, 64-bit pHash and dHash, width and height of every decodable image of both datasets:
-    MMRB2 images read straight from the zip, VisualPRM images from the content-addressed store;
-    the work is spread over `workers` processes."""
+    MMRB2's were hashed per task in `mmrb2_task_images` (straight from the zip), VisualPRM's are
+    hashed here from the content-addressed store, spread over `workers` processes."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     workers = settings.workers or default_workers()
-    key = staging_key(None, {"m": mmrb2_images["tables"], "v": visualprm_images["tables"]})
+    key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["tables"]})
     out = layout.staging / "image_hashes" / key
 
     def compute():
-        staged = read_staged({"m": mmrb2_images["tables"]["mmrb2_images"], "v": visualprm_images["tables"]["prm_images"]})
-        mm = staged["m"].filter(pc.equal(staged["m"]["status"], "ok")).to_pylist()
+        staged = read_staged({**mmrb2_images["internal"], "v": visualprm_images["tables"]["prm_images"]})
         vp = staged["v"].filter(pc.equal(staged["v"]["status"], "ok")).to_pylist()
-        snapshot = snapshot_of(mmrb2_raw)
         rows, rejected = [], []
-        if mm:
-            results = hash_zip(snapshot.image_zip, [(r["image_name"], r["zip_entry"]) for r in mm], settings.zip_limits,
-                               workers=workers, progress=progress_logger(context, "mmrb2: hashed"))
-            got = _rows("mmrb2", results, {r["image_name"]: r["bytes"] for r in mm})
-            rows += got[0]
-            rejected += got[1]
         if vp:
             results = hash_files([(r["image_key"], layout.image_store / r["store_path"]) for r in vp],
                                  workers=workers, progress=progress_logger(context, "visualprm: hashed"))
-            got = _rows("visualprm", results, {r["image_key"]: r["bytes"] for r in vp})
-            rows += got[0]
-            rejected += got[1]
-        tables = {"image_hashes": pa.Table.from_pylist(rows, schema=HASHES_SCHEMA), "quarantine": quarantine_table(rejected)}
+            rows, rejected = hash_rows("visualprm", results, {r["image_key"]: r["bytes"] for r in vp})
+        hashes = pa.concat_tables([staged["image_hashes"], pa.Table.from_pylist(rows, schema=HASHES_SCHEMA)])
+        quarantine = pa.concat_tables([staged["hash_quarantine"], quarantine_table(rejected)])
+        tables = {"image_hashes": hashes, "quarantine": quarantine}
         metadata = {**plain_counts(tables), "workers": workers,
                     "preview": preview(tables["image_hashes"], columns=["dataset", "image_key", "phash", "width", "height"])}
         return {"tables": write_staged(out, tables)}, metadata

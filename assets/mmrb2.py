@@ -1,18 +1,30 @@
 """MMRB2 assets: raw files → parsed annotation tables → image inventory."""
 
 
+import hashlib
+import warnings
+from pathlib import Path
 from typing import Optional
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.mmrb2.images import inventory_images
+from pipeline.dedupe.decisions import HASHES_SCHEMA
+from pipeline.dedupe.hashing import default_workers, hash_zip
 from pipeline.mmrb2.parse import parse_mmrb2
+from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
 from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_mmrb2
-from pipeline.staging import write_staged
+from pipeline.staging import read_staged, write_staged
 
-from assets.common import fetch_output, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
+from assets.dedupe import hash_rows
+from assets.common import (
+    to_metadata, bars, fetch_output, plain_counts, preview, progress_logger, recorded, reuse_or_compute, reuse_or_run,
+    snapshot_of, staging_key,
+)
 
 RAW, STAGED, IMAGES = "raw", "staged", "images"
 
@@ -54,31 +66,128 @@ def mmrb2_annotations(
     return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="1")
+MMRB2_PARTITIONS = dg.StaticPartitionsDefinition(list(PARTITION_KEYS))
+UNREFERENCED = "unreferenced"  # the part of the zip no task owns; done by mmrb2_images
+
+def _task_images(mmrb2_annotations: dict) -> dict[str, TaskImages]:
+    staged = read_staged({k: mmrb2_annotations["tables"][k] for k in ("mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items")})
+    return images_by_task(staged["mmrb2_pairs"], staged["mmrb2_response_items"], staged["mmrb2_prompt_items"])
+
+
+def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages) -> Path:
+    """A part's staged folder, keyed by the image zip's checksum and the part's own names only: a
+    changed annotation file redoes the image work of its task, not of the others."""
+    zip_sha = snapshot.checksums().get("image_zip") if snapshot else None
+    key = staging_key(None, {"zip": zip_sha, "names": names.digest(), "settings": rewardhouse.settings().fingerprint()})
+    return rewardhouse.layout().staging / "mmrb2_task_images" / part / key
+
+
+def _inventory_and_hash(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path):
+    """One part of the zip: each image read straight from it (checksum, dimensions, decode status),
+    then the decodable ones hashed. A task's part is the names it owns; the `unreferenced` part is
+    every other entry plus faults of the archive itself (`names` then lists what to leave out)."""
+    settings = rewardhouse.settings()
+    zip_path = snapshot.image_zip if snapshot else None
+    images, rejected = inventory_images(
+        zip_path, set(names.referenced), settings.zip_limits, optional=set(names.optional),
+        progress=progress_logger(context, f"mmrb2 images [{part}]: read"),
+        scope="unreferenced" if part == UNREFERENCED else "referenced",
+    )
+    ok = images.filter(pc.equal(images["status"], "ok")).to_pylist()
+    hash_rejected: list = []
+    rows: list[dict] = []
+    if ok:
+        results = hash_zip(zip_path, [(r["image_name"], r["zip_entry"]) for r in ok], settings.zip_limits,
+                           workers=settings.workers or default_workers(), progress=progress_logger(context, f"mmrb2 [{part}]: hashed"))
+        rows, hash_rejected = hash_rows("mmrb2", results, {r["image_name"]: r["bytes"] for r in ok})
+    tables = {
+        "mmrb2_images": images,
+        "quarantine": quarantine_table(rejected),
+        "image_hashes": pa.Table.from_pylist(rows, schema=HASHES_SCHEMA),
+        "hash_quarantine": quarantine_table(hash_rejected),
+    }
+    status = images.column("status").to_pylist()
+    metadata = {"rows_mmrb2_images": images.num_rows, "rows_quarantine": len(rejected) + len(hash_rejected),
+                "hashed": len(rows), **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")}}
+    return {"tables": write_staged(out, tables)}, metadata
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.BetaWarning)  # backfill_policy is beta in Dagster 1.13
+    _partitioned = dg.asset(
+        group_name=IMAGES,
+        kinds={"python", "parquet"},
+        code_version="1",
+        tags={"dataset": "mmrb2"},
+        partitions_def=MMRB2_PARTITIONS,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+
+
+@_partitioned
+def mmrb2_task_images(
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict], mmrb2_annotations: dict
+) -> dg.MaterializeResult:
+    """The image work of MMRB2, one partition per judgement task: each image the task's pairs
+    reference is read straight from the zip (sha256, size, dimensions, ok|corrupt|missing) and the
+    decodable ones hashed. Backfill one task from the UI to redo only its images; a run over every
+    partition is a single step."""
+    snapshot = snapshot_of(mmrb2_raw)
+    names = _task_images(mmrb2_annotations)
+    folders = {key: _image_folder(rewardhouse, snapshot, key, names[key]) for key in PARTITION_KEYS}
+    ranged = context.has_partition_key or context.has_partition_key_range
+    keys = context.partition_keys if ranged else list(PARTITION_KEYS)
+    per_task = {}
+    for key in keys:
+        _, plain, reused = reuse_or_compute(
+            context.log, folders[key], lambda key=key: _inventory_and_hash(context, rewardhouse, snapshot, key, names[key], folders[key]))
+        per_task[key] = {**plain, "reused": reused}
+    totals = {m: sum(t[m] for t in per_task.values()) for m in ("rows_mmrb2_images", "hashed", "images_ok", "images_corrupt", "images_missing")}
+    metadata = {**totals, "partitions": dg.MetadataValue.json(per_task), "reused": all(t["reused"] for t in per_task.values()),
+                "images_per_partition": bars([(k, t["rows_mmrb2_images"] / max(totals["rows_mmrb2_images"], 1),
+                                               f"{t['images_ok']} ok, {t['images_corrupt']} corrupt, {t['images_missing']} missing")
+                                              for k, t in per_task.items()])}
+    version = hashlib.sha256("".join(folders[k].name for k in keys).encode()).hexdigest()[:16]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return dg.MaterializeResult(metadata=to_metadata(metadata), data_version=dg.DataVersion(version))
+
+
+@dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="2", deps=[mmrb2_task_images])
 def mmrb2_images(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict], mmrb2_annotations: dict
 ) -> dg.Output[dict]:
-    """Every image in the zip and every response image, read straight from the zip: sha256, size,
-    dimensions, ok|corrupt|missing. Prompt images outside the zip are not faults (see parse.py)."""
+    """Every image in the zip and every response image: the task partitions of
+    `mmrb2_task_images` gathered, plus the zip entries no pair references (read and hashed here,
+    usually none) and faults of the archive itself. sha256, size, dimensions, ok|corrupt|missing
+    (prompt images outside the zip are not faults; see parse.py), and the hashes for dedupe."""
     snapshot = snapshot_of(mmrb2_raw)
-    settings = rewardhouse.settings()
-    out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(snapshot, settings.fingerprint())
+    names = _task_images(mmrb2_annotations)
+    folders = {key: _image_folder(rewardhouse, snapshot, key, names[key]) for key in PARTITION_KEYS}
+    parts = {key: recorded(folder) for key, folder in folders.items()}
+    missing = [key for key, value in parts.items() if value is None]
+    if missing:
+        raise dg.Failure(description=f"mmrb2_task_images is not materialized for the current inputs in partition(s) "
+                                     f"{', '.join(missing)}: materialize those partitions (or all) first")
+    rest = owned_by_any(names)
+    folders[UNREFERENCED] = _image_folder(rewardhouse, snapshot, UNREFERENCED, rest)
+    parts[UNREFERENCED], _, _ = reuse_or_compute(
+        context.log, folders[UNREFERENCED],
+        lambda: _inventory_and_hash(context, rewardhouse, snapshot, UNREFERENCED, rest, folders[UNREFERENCED]))
+    out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(None, {"parts": {k: f.name for k, f in folders.items()}})
 
     def compute():
-        images, rejected = inventory_images(
-            snapshot.image_zip if snapshot else None,
-            set(mmrb2_annotations["response_images"]),
-            settings.zip_limits,
-            optional=set(mmrb2_annotations["prompt_images"]),
-            progress=progress_logger(context, "mmrb2 images: read"),
-        )
-        tables = {"mmrb2_images": images, "quarantine": quarantine_table(rejected)}
+        staged = {key: read_staged(value["tables"]) for key, value in parts.items()}
+        images = pa.concat_tables([s["mmrb2_images"] for s in staged.values()]).sort_by("image_name")
+        tables = {"mmrb2_images": images, "quarantine": pa.concat_tables([s["quarantine"] for s in staged.values()])}
+        internal = {"image_hashes": pa.concat_tables([s["image_hashes"] for s in staged.values()]),
+                    "hash_quarantine": pa.concat_tables([s["hash_quarantine"] for s in staged.values()])}
         status = images.column("status").to_pylist()
         metadata = {
             **plain_counts(tables),
             **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")},
             "preview": preview(images, columns=["image_name", "width", "height", "format", "status"]),
         }
-        return {"tables": write_staged(out, tables)}, metadata
+        return {"tables": write_staged(out, tables), "internal": write_staged(out / "internal", internal)}, metadata
 
     return reuse_or_run(context, out, compute)

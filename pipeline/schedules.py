@@ -15,6 +15,8 @@ import os
 
 import dagster as dg
 
+from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
+
 REFRESH_JOB = "refresh"  # defined in pipeline/definitions.py; referenced by name to avoid an import cycle
 DEFAULT_NIGHTLY_CRON = "0 2 * * *"
 
@@ -26,16 +28,21 @@ def automation_on() -> bool:
 
 def nightly_schedule() -> dg.ScheduleDefinition:
     """The schedule as the environment configures it (REWARDHOUSE_NIGHTLY_CRON, REWARDHOUSE_SCHEDULES_ON)."""
-    return dg.ScheduleDefinition(
+
+    @dg.schedule(
         name="nightly_refresh",
         job_name=REFRESH_JOB,
         cron_schedule=os.environ.get("REWARDHOUSE_NIGHTLY_CRON", "").strip() or DEFAULT_NIGHTLY_CRON,
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED,
-        tags={"rewardhouse/trigger": "nightly"},
-        description="Refresh every asset from the configured source (REWARDHOUSE_SOURCE); cron from "
-        "REWARDHOUSE_NIGHTLY_CRON (default 02:00 UTC).",
+        description="Refresh every asset, every partition, from the configured source (REWARDHOUSE_SOURCE); cron "
+        "from REWARDHOUSE_NIGHTLY_CRON (default 02:00 UTC).",
     )
+    def nightly_refresh(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        # Every partition of the partitioned assets, in one run (the partition range tags).
+        return dg.RunRequest(tags={"rewardhouse/trigger": "nightly", **ALL_PARTITIONS_TAGS})
+
+    return nightly_refresh
 
 
 nightly_refresh = nightly_schedule()

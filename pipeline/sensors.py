@@ -20,6 +20,7 @@ import subprocess
 import dagster as dg
 
 from pipeline.resources import RewardhouseResource
+from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
 from pipeline.schedules import REFRESH_JOB, automation_on
 from pipeline.upstream import content_digest, errors, revisions_digest, upstream_revisions
 
@@ -109,7 +110,7 @@ def upstream_change_sensor(context: dg.SensorEvaluationContext, rewardhouse: Rew
     return dg.RunRequest(
         run_key=revisions_digest(heads),
         run_config=run_config,
-        tags={"rewardhouse/trigger": "upstream-change"},
+        tags={"rewardhouse/trigger": "upstream-change", **ALL_PARTITIONS_TAGS},
     )
 
 

@@ -103,6 +103,8 @@ def test_nightly_refresh_runs_the_refresh_job_at_two_utc_and_is_off_by_default(m
     # No run config: the run takes the resource as the environment configures it (REWARDHOUSE_SOURCE).
     assert request.run_config == {}
     assert request.tags["rewardhouse/trigger"] == "nightly"
+    # One run over every MMRB2 task partition.
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) == ("t2i", "reasoning")
 
 
 def test_nightly_refresh_cron_and_status_come_from_the_environment(monkeypatch):
@@ -153,6 +155,7 @@ def test_sensor_requests_a_run_first_then_skips_while_upstream_is_unchanged(upst
     first, cursor = evaluate(None)
     assert isinstance(first, dg.RunRequest) and first.run_key
     assert first.tags["rewardhouse/trigger"] == "upstream-change"
+    assert (first.tags["dagster/asset_partition_range_start"], first.tags["dagster/asset_partition_range_end"]) == ("t2i", "reasoning")
     state = json.loads(cursor)
     assert state["heads"][ANNOTATIONS]["revision"] == "a" * 40
 

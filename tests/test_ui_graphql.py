@@ -1,12 +1,14 @@
 """End to end through the Dagster UI's API: webserver + daemon as real processes, "materialize
-all" (the `refresh` job, which selects every asset) launched with the GraphQL `launchRun`
-mutation, queued, dequeued by the daemon, run to SUCCESS, and a release published."""
+all" (the `refresh` job, which selects every asset, over every partition as the schedule runs it)
+launched with the GraphQL `launchRun` mutation, queued, dequeued by the daemon, run to SUCCESS,
+every task partition materialized, and a release published."""
 
 from __future__ import annotations
 
 import re
 import time
 
+from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS, PARTITION_KEYS
 from ui_server import assert_release_published, dagster_ui
 
 LAUNCH_RUN = """
@@ -23,6 +25,11 @@ mutation Launch($executionParams: ExecutionParams!) {
 }
 """
 
+PARTITION_STATS = """
+{ assetNodeOrError(assetKey: {path: ["mmrb2_task_images"]}) {
+    ... on AssetNode { partitionKeys partitionStats { numMaterialized numPartitions numFailed } } } }
+"""
+
 RUN_EVENT_TYPES = """
 query Events($runId: ID!) {
   runOrError(runId: $runId) {
@@ -37,6 +44,7 @@ def test_materialize_all_through_graphql_publishes_a_release(tmp_path):
         params = {
             "selector": {"repositoryLocationName": ui.location, "repositoryName": ui.repository, "jobName": "refresh"},
             "runConfigData": {},
+            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in ALL_PARTITIONS_TAGS.items()]},
         }
         started = time.monotonic()
         launched = ui.graphql(LAUNCH_RUN, {"executionParams": params})["launchRun"]
@@ -53,5 +61,9 @@ def test_materialize_all_through_graphql_publishes_a_release(tmp_path):
         assert {"RunEnqueuedEvent", "RunStartingEvent", "RunSuccessEvent"} <= events, sorted(events)
         # The daemon's queued-run coordinator is what took it off the queue.
         assert re.search(r"QueuedRunCoordinatorDaemon .*Launched \d+ runs?", ui.logs["daemon"].read_text()), ui.diagnostics()
+
+        node = ui.graphql(PARTITION_STATS)["assetNodeOrError"]
+        assert node["partitionKeys"] == list(PARTITION_KEYS)
+        assert node["partitionStats"] == {"numMaterialized": len(PARTITION_KEYS), "numPartitions": len(PARTITION_KEYS), "numFailed": 0}
 
     assert_release_published(ui.data_root)

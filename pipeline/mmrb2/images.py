@@ -37,15 +37,26 @@ def _lookup_names(name: str) -> tuple[str, ...]:
     return (name,) if base == name else (name, base)
 
 
+def _entry_key(stored: str) -> str:
+    return stored[len("images/"):] if stored.startswith("images/") else stored
+
+
 def inventory_images(
     zip_path: Path | None,
     referenced: set[str],
     limits: ZipLimits,
     optional: set[str] = frozenset(),
     progress: Callable[[int, int, float], None] | None = None,
+    scope: str = "all",
 ) -> tuple[pa.Table, list[Rejection]]:
     """One row per archive entry and per `referenced` name (missing ones included); `optional`
-    names get a row only when the archive has them."""
+    names get a row only when the archive has them.
+
+    `scope` narrows that to a part of the work (see mmrb2/tasks.py): "referenced" keeps the
+    entries that answer a referenced or optional name, and the missing names; "unreferenced"
+    keeps the other entries and the faults of the archive itself. The two together are "all"."""
+    if scope not in ("all", "referenced", "unreferenced"):
+        raise ValueError(f"unknown scope {scope!r}")
     rejected: list[Rejection] = []
     rows: dict[str, dict] = {}
     if zip_path is None:
@@ -54,6 +65,8 @@ def inventory_images(
     else:
         scan = scan_zip(zip_path, limits)
         scan_entries, refused, archive_error = scan.entries, scan.refused, scan.archive_error
+    if scope == "referenced":
+        archive_error, refused = None, []
     if archive_error:
         rejected.append(Rejection(DATASET, "unpack", str(zip_path.name if zip_path else "-"), archive_error))
     for entry, reason in refused:
@@ -66,13 +79,15 @@ def inventory_images(
         if hit is not None:
             wanted.setdefault(hit, name)
     infos = list(scan_entries.values())
+    if scope != "all":
+        infos = [i for i in infos if (_entry_key(i.filename) in wanted) == (scope == "referenced")]
     if infos:
         started = time.monotonic()
         for done, (info, data, error) in enumerate(iter_entries(zip_path, infos, limits), start=1):
             if progress and (done % 500 == 0 or done == len(infos)):
                 progress(done, len(infos), done / max(time.monotonic() - started, 1e-9))
             stored = info.filename
-            key = stored[len("images/"):] if stored.startswith("images/") else stored
+            key = _entry_key(stored)
             name = wanted.get(key, key)
             row = {
                 "image_name": name,
@@ -88,13 +103,13 @@ def inventory_images(
             if error is None:
                 row["sha256"] = hashlib.sha256(data).hexdigest()
                 row["bytes"] = len(data)
-                row["width"], row["height"], row["format"], error = inspect_image(data)
+                row["width"], row["height"], row["format"], error = inspect_image(data, limits.max_image_pixels)
             if error is None:
                 row["status"] = "ok"
             else:
                 rejected.append(Rejection(DATASET, "decode", name, error))
             rows[name] = row
-    for name in sorted(referenced - rows.keys()):
+    for name in sorted(referenced - rows.keys() if scope != "unreferenced" else ()):
         rows[name] = {
             "image_name": name, "sha256": None, "bytes": None, "width": None, "height": None,
             "format": None, "status": "missing", "referenced": True, "zip_entry": None,
