@@ -49,7 +49,8 @@ def image_hashes(
         rows, rejected = [], []
         if vp:
             results = hash_files([(r["image_key"], layout.image_store / r["store_path"]) for r in vp],
-                                 workers=workers, progress=progress_logger(context, "visualprm: hashed"))
+                                 workers=workers, progress=progress_logger(context, "visualprm: hashed"),
+                                 max_image_pixels=settings.max_image_pixels)
             rows, rejected = hash_rows("visualprm", results, {r["image_key"]: r["bytes"] for r in vp})
         hashes = pa.concat_tables([staged["image_hashes"], pa.Table.from_pylist(rows, schema=HASHES_SCHEMA)])
         quarantine = pa.concat_tables([staged["hash_quarantine"], quarantine_table(rejected)])

@@ -24,8 +24,15 @@ class Rejection:
     reason: str
 
 
+def utf8_text(text: str) -> str:
+    """`text` as valid UTF-8: lone surrogates (a non-UTF-8 file name, a JSON escape such as
+    "\\udc80") become visible backslash escapes instead of failing the Arrow write."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def quarantine_table(rows: list[Rejection]) -> pa.Table:
+    """Keys and reasons quote hostile input, so they are made valid UTF-8 first."""
     return pa.Table.from_pylist(
-        [r.__dict__ for r in rows],
+        [{**r.__dict__, "record_key": utf8_text(r.record_key), "reason": utf8_text(r.reason)} for r in rows],
         schema=QUARANTINE_SCHEMA,
     )

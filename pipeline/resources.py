@@ -8,7 +8,7 @@ from typing import Optional
 
 import dagster as dg
 
-from pipeline.settings import DEFAULT_MAX_DISTANCE, Layout, QualitySettings, Settings
+from pipeline.settings import DEFAULT_MAX_DISTANCE, DEFAULT_MAX_IMAGE_PIXELS, Layout, QualitySettings, Settings, ZipLimits
 
 
 class RewardhouseResource(dg.ConfigurableResource):
@@ -22,6 +22,8 @@ class RewardhouseResource(dg.ConfigurableResource):
     prm_label_threshold: float = 0.0
     dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
     workers: int = 0
+    # Decompression-bomb guard: images with more pixels are quarantined undecoded (Pillow's default).
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
     # Release-gate bounds (see QualitySettings for meaning and defaults).
@@ -41,6 +43,7 @@ class RewardhouseResource(dg.ConfigurableResource):
         return Settings(
             source=self.source,
             local_path=self.local_path,
+            zip_limits=ZipLimits(max_image_pixels=self.max_image_pixels),
             keep_releases=self.keep_releases,
             prm_label_threshold=self.prm_label_threshold,
             dedupe_max_distance=self.dedupe_max_distance,
@@ -73,4 +76,5 @@ def default_resource() -> RewardhouseResource:
         prm_label_threshold=float(os.environ.get("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0")),
         dedupe_max_distance=int(os.environ.get("REWARDHOUSE_DEDUPE_MAX_DISTANCE", DEFAULT_MAX_DISTANCE)),
         workers=int(os.environ.get("REWARDHOUSE_WORKERS", "0")),
+        max_image_pixels=int(os.environ.get("REWARDHOUSE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS)),
     )

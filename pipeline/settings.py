@@ -30,17 +30,27 @@ def data_root() -> Path:
 
 
 DEFAULT_MAX_DISTANCE = 8
+# Pillow's own default for Image.MAX_IMAGE_PIXELS (1 GiB of 24-bit pixels / 4 / 3).
+DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
 
 
 @dataclass(frozen=True)
 class ZipLimits:
-    """Bounds that make a zip 'absurd'. Real MMRB2 JPEGs are well under 20 MB and barely compress."""
+    """Bounds that make an input 'absurd': a zip, an entry in it, or an image (wherever it comes
+    from). Real MMRB2 JPEGs are well under 20 MB and barely compress."""
 
     max_entry_bytes: int = 64 * 1024 * 1024
     max_total_bytes: int = 64 * 1024 * 1024 * 1024
     max_entry_ratio: float = 200.0  # uncompressed / compressed, for entries above ratio_floor_bytes
     ratio_floor_bytes: int = 1024 * 1024
     max_entries: int = 1_000_000
+    # Decompression-bomb guard: an image with more pixels is refused before it is decoded.
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+
+    def __post_init__(self) -> None:
+        pixels = self.max_image_pixels
+        if isinstance(pixels, bool) or not isinstance(pixels, int) or pixels < 1:
+            raise ValueError(f"max_image_pixels must be a positive integer, not {pixels!r}")
 
 
 @dataclass(frozen=True)
@@ -78,8 +88,13 @@ class Settings:
     hf_image_revision: str | None = None
     hf_visualprm_revision: str | None = None
 
+    @property
+    def max_image_pixels(self) -> int:
+        return self.zip_limits.max_image_pixels
+
     def fingerprint(self) -> dict:
-        """Settings that change table content, and so belong in the release id (not `workers`)."""
+        """Settings that change table content, and so belong in the release id (not `workers`);
+        `zip_limits` includes `max_image_pixels`."""
         return {
             "zip_limits": asdict(self.zip_limits),
             "prm_label_threshold": self.prm_label_threshold,

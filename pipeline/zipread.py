@@ -6,8 +6,12 @@ with a hard cap on the bytes it may inflate to, so memory stays bounded by one i
 
 from __future__ import annotations
 
+import lzma
 import stat
+import struct
 import zipfile
+import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Iterator
@@ -15,10 +19,16 @@ from typing import Iterator
 from pipeline.settings import ZipLimits
 
 IMAGE_PREFIX = "images/"
+UTF8_NAME_FLAG = 0x800  # general-purpose bit 11: the entry name is UTF-8
 
 
 class EntryTooLarge(Exception):
     pass
+
+
+# What zipfile (and the codecs under it) raise for a damaged archive or entry: a refusal, never a crash.
+READ_ERRORS = (EntryTooLarge, zipfile.BadZipFile, zlib.error, lzma.LZMAError, struct.error, OSError, EOFError,
+               NotImplementedError, ValueError, RuntimeError)
 
 
 @dataclass
@@ -33,6 +43,10 @@ class ZipScan:
 def entry_problem(info: zipfile.ZipInfo, limits: ZipLimits) -> str | None:
     """Why an entry must not be read, or None."""
     name = info.filename
+    if "\0" in info.orig_filename:
+        return "NUL byte in entry name"
+    if not name.isascii() and not info.flag_bits & UTF8_NAME_FLAG:
+        return "entry name is neither ASCII nor flagged as UTF-8: its encoding is unknown"
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return "absolute path in archive"
     parts = name.replace("\\", "/").split("/")
@@ -59,8 +73,11 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
     try:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
-    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+    except READ_ERRORS as exc:
         scan.archive_error = f"unreadable archive: {exc}"
+        return scan
+    if not any(not i.is_dir() for i in infos):
+        scan.archive_error = "empty archive: no files in it"
         return scan
     if len(infos) > limits.max_entries:
         scan.archive_error = f"{len(infos)} entries exceed the {limits.max_entries}-entry limit"
@@ -75,13 +92,15 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
             f"archive inflates {total / archive_bytes:.0f}:1 (limit {limits.max_entry_ratio:.0f}:1): refusing a zip bomb"
         )
         return scan
-    for info in infos:
-        if info.is_dir():
-            continue
-        problem = entry_problem(info, limits)
+    files = [i for i in infos if not i.is_dir()]
+    # Two entries for one image are ambiguous (and zipfile's by-name lookup returns the last one):
+    # every copy is refused.
+    copies = Counter(image_name(i.filename) for i in files)
+    for info in files:
         name = image_name(info.filename)
-        if problem is None and name in scan.entries:
-            problem = f"duplicate entry for image {name!r}"
+        problem = entry_problem(info, limits)
+        if problem is None and copies[name] > 1:
+            problem = f"{copies[name]} entries for image {name!r}: ambiguous, every copy refused"
         if problem:
             scan.refused.append((info.filename, problem))
             continue
@@ -110,11 +129,14 @@ def iter_entries(
         for info in sorted(infos, key=lambda i: i.header_offset):
             try:
                 yield info, read_entry(zf, info, limits), None
-            except (EntryTooLarge, zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
+            except READ_ERRORS as exc:
                 yield info, None, f"unreadable entry: {exc}"
 
 
 def is_within(root: Path, name: str) -> bool:
     """True when joining `name` under `root` stays inside it (used before any extraction)."""
-    target = (root / PurePosixPath(name)).resolve()
+    try:
+        target = (root / PurePosixPath(name)).resolve()
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, a symlink loop: not a path to follow
+        return False
     return target == root.resolve() or root.resolve() in target.parents

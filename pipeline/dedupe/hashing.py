@@ -31,6 +31,8 @@ How these relate to imagehash on the same file:
 - 16-bit greyscale images are scaled to 8 bits before hashing (Pillow's convert("L") clips them
   at 255, which turns most of them white: imagehash gives such images one near-constant hash).
 - Like imagehash, EXIF orientation is not applied: a rotated-by-EXIF copy is a different image.
+- Decoding sits behind the decompression-bomb guard (`pipeline.imaging.open_image`): an image
+  above `max_image_pixels` is an error row before any pixel is decoded, in every worker too.
 
 How far everyday edits move pHash (a photo-like JPEG against its edited copy re-saved at q=90,
 both through `hash_bytes`; 120 generated images, photo-like 640x480..1600x1200 and flat shapes;
@@ -52,14 +54,11 @@ image crosses a process boundary; work is dealt out in chunks, in archive order 
 from __future__ import annotations
 
 import hashlib
-import io
 import math
 import multiprocessing
 import os
 import time
-import warnings
 import zipfile
-import zlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
@@ -67,10 +66,11 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from pipeline.imaging import decode_problem, open_image
 from pipeline.settings import ZipLimits
-from pipeline.zipread import EntryTooLarge, entry_problem, read_entry
+from pipeline.zipread import READ_ERRORS, entry_problem, read_entry
 
 HASH_BITS = 64
 HASH_SIDE = 8  # 8x8 bits
@@ -132,23 +132,20 @@ def dhash(gray: Image.Image) -> int:
     return _pack(pixels[:, 1:] > pixels[:, :-1])
 
 
-def hash_bytes(key: str, data: bytes) -> HashedImage:
-    """Hash one image's bytes. Never raises: undecodable bytes give `error` (sha256 still set)."""
+def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedImage:
+    """Hash one image's bytes. Never raises: undecodable bytes, or more pixels than `max_pixels`
+    (None: Pillow's Image.MAX_IMAGE_PIXELS), give `error` (sha256 still set)."""
     sha = hashlib.sha256(data).hexdigest()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
-                width, height = im.size  # the original size, before draft shrinks it
-                # JPEG only (a no-op elsewhere): decode at 1/2..1/8 scale as grey, >= 32 px a side.
-                im.draft("L", (PHASH_SIDE, PHASH_SIDE))
-                gray = _grey(im)
-                hashes = phash(gray), dhash(gray)
+        with open_image(data, max_pixels) as im:
+            width, height = im.size  # the original size, before draft shrinks it
+            # JPEG only (a no-op elsewhere): decode at 1/2..1/8 scale as grey, >= 32 px a side.
+            im.draft("L", (PHASH_SIDE, PHASH_SIDE))
+            gray = _grey(im)
+            hashes = phash(gray), dhash(gray)
         return HashedImage(key, sha, *hashes, width, height, None)
-    except UnidentifiedImageError:  # its message names a BytesIO address: keep errors reproducible
-        return HashedImage(key, sha, None, None, None, None, "UnidentifiedImageError: not an image format Pillow reads")
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
-        return HashedImage(key, sha, None, None, None, None, f"{type(exc).__name__}: {exc}")
+        return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
 
 
 def _failed(key: str, error: str) -> HashedImage:
@@ -164,7 +161,7 @@ def default_workers() -> int:
 Chunk = list[tuple[int, str, object]]  # (position in items, key, path or entry name)
 
 
-def _hash_file_chunk(chunk: Chunk) -> list[tuple[int, HashedImage]]:
+def _hash_file_chunk(chunk: Chunk, max_pixels: int | None = None) -> list[tuple[int, HashedImage]]:
     out = []
     for i, key, path in chunk:
         try:
@@ -172,7 +169,7 @@ def _hash_file_chunk(chunk: Chunk) -> list[tuple[int, HashedImage]]:
         except OSError as exc:
             out.append((i, _failed(key, f"unreadable file: {exc}")))
             continue
-        out.append((i, hash_bytes(key, data)))
+        out.append((i, hash_bytes(key, data, max_pixels)))
     return out
 
 
@@ -190,10 +187,10 @@ def _hash_entries(zf: zipfile.ZipFile, chunk: Chunk, limits: ZipLimits) -> list[
             continue
         try:
             data = read_entry(zf, info, limits)
-        except (EntryTooLarge, zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, ValueError) as exc:
+        except READ_ERRORS as exc:
             out.append((i, _failed(key, f"unreadable entry: {exc}")))
             continue
-        out.append((i, hash_bytes(key, data)))
+        out.append((i, hash_bytes(key, data, limits.max_image_pixels)))
     return out
 
 
@@ -254,21 +251,24 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
 
 
 def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progress: Progress | None = None,
-               chunk: int = 64) -> list[HashedImage]:
+               chunk: int = 64, max_image_pixels: int | None = None) -> list[HashedImage]:
     """Hash (key, path) items over `workers` processes (default: every core; <= 1 runs here);
     results in item order. Tasks are `chunk` items (fewer when that keeps every worker busy);
-    `progress(done, total, images_per_second)` is called after each."""
+    `progress(done, total, images_per_second)` is called after each. An image above
+    `max_image_pixels` (None: Pillow's default) is an error row."""
     workers = default_workers() if workers is None else workers
     jobs = [(i, key, str(path)) for i, (key, path) in enumerate(items)]
-    return _run(_chunks(jobs, chunk, workers), len(jobs), _hash_file_chunk, workers, progress)
+    work = partial(_hash_file_chunk, max_pixels=max_image_pixels)
+    return _run(_chunks(jobs, chunk, workers), len(jobs), work, workers, progress)
 
 
 def hash_zip(zip_path: Path, items: list[tuple[str, str]], limits: ZipLimits, workers: int | None = None,
              progress: Progress | None = None, chunk: int = 64) -> list[HashedImage]:
     """Hash (key, entry name) items of one zip, read in place (nothing extracted, each entry
-    bounded by `limits`); results in item order. Chunks follow the archive's layout, so every
-    worker reads one stretch of the file front to back. Workers, chunks and progress as in
-    `hash_files`. An unreadable archive raises (`scan_zip` it first); a bad entry is an error row."""
+    bounded by `limits`, each image by `limits.max_image_pixels`); results in item order. Chunks
+    follow the archive's layout, so every worker reads one stretch of the file front to back.
+    Workers, chunks and progress as in `hash_files`. An unreadable archive raises (`scan_zip` it
+    first); a bad entry is an error row."""
     workers = default_workers() if workers is None else workers
     with zipfile.ZipFile(zip_path) as zf:
         offsets = {info.filename: info.header_offset for info in zf.infolist()}

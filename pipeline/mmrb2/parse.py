@@ -62,6 +62,16 @@ def _json_text(value) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=False)
 
 
+def _not_unicode(value) -> str | None:
+    """A reason when some string in `value` cannot be stored as UTF-8 (a lone surrogate escape
+    such as "\\ud800" in the JSON), else None."""
+    try:
+        _json_text(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return "text holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), not valid Unicode"
+    return None
+
+
 @dataclass
 class ParsedMMRB2:
     pairs: list[dict] = field(default_factory=list)
@@ -89,7 +99,7 @@ class ParsedMMRB2:
 def _load_pairs(path: Path, stage: str, out: ParsedMMRB2) -> list | None:
     try:
         doc = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         out.rejected.append(Rejection(DATASET, stage, path.name, f"unreadable JSON: {exc}"))
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("pairs"), list):
@@ -166,6 +176,7 @@ def parse_mmrb2(annotation_files: dict[str, Path], new_task_file: Path | None = 
         pairs = _load_pairs(path, "parse", out)
         for index, pair in enumerate(pairs or []):
             row, items, problem = _parse_pair(pair, task)
+            problem = problem or _not_unicode(pair)
             raw_id = pair.get("id") if isinstance(pair, dict) else None
             key = raw_id if isinstance(raw_id, str) and raw_id else f"{path.name}#{index}"
             if problem is None and key in seen:
@@ -191,6 +202,7 @@ def _parse_prompts(path: Path, out: ParsedMMRB2) -> None:
             out.rejected.append(Rejection(DATASET, "parse_prompts", key, "missing or non-string pair_id"))
             continue
         content, problem = _content_items(entry.get("prompt_content"), "prompt_content")
+        problem = problem or _not_unicode(entry)
         if problem is None and pair_id not in by_id:
             problem = "prompt for a pair that is not in the annotation files"
         if problem is None and by_id[pair_id]["has_prompt_content"]:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from pipeline.imaging import extension, inspect_image
 from pipeline.quarantine import Rejection
 from pipeline.settings import ZipLimits
+from pipeline.visualprm.readers import parquet_problem
 from pipeline.zipread import is_within, read_entry, scan_zip
 
 DATASET = "visualprm"
@@ -63,10 +64,9 @@ def _embedded(files: list[Path]):
     """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch.
     Path-only entries are filtered out with Arrow compute, not looped over."""
     for f in files:
-        try:
-            pf = pq.ParquetFile(f)
-        except Exception:  # the reader has already quarantined an unreadable shard
+        if parquet_problem(f):  # the reader has already quarantined a shard it cannot read
             continue
+        pf = pq.ParquetFile(f)
         if "media" not in pf.schema_arrow.names:
             continue
         for batch in pf.iter_batches(batch_size=256, columns=["media"]):
@@ -133,7 +133,7 @@ class PathResolver:
             zf.close()
 
 
-def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore) -> dict:
+def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore, max_pixels: int) -> dict:
     row = {"image_key": key, "origin": origin, "sha256": None, "bytes": None, "width": None,
            "height": None, "format": None, "status": "unresolved", "store_path": None, "problem": None}
     if data is None and problem is None:
@@ -141,7 +141,7 @@ def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: 
     if data is not None:
         row["sha256"] = hashlib.sha256(data).hexdigest()
         row["bytes"] = len(data)
-        row["width"], row["height"], row["format"], problem = inspect_image(data)
+        row["width"], row["height"], row["format"], problem = inspect_image(data, max_pixels)
     if problem is None:
         row["status"] = "ok"
         row["store_path"] = store.put(row["sha256"], row["format"], data)
@@ -163,13 +163,13 @@ def inventory_prm_images(
     for key, data in _embedded(parquet_files):
         if key in rows:
             continue
-        rows[key] = _row(key, "embedded", data, None, store)
+        rows[key] = _row(key, "embedded", data, None, store, limits.max_image_pixels)
     resolver = PathResolver(image_root, image_zips, limits)
     rejected.extend(resolver.rejected)
     try:
         for ref in sorted(refs - rows.keys()):
             data, problem = resolver.read(ref)
-            rows[ref] = _row(ref, "path", data, problem, store)
+            rows[ref] = _row(ref, "path", data, problem, store, limits.max_image_pixels)
     finally:
         resolver.close()
     for row in rows.values():

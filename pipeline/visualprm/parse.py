@@ -52,6 +52,12 @@ where not valid_json
    or jtype not in ('ARRAY', 'OBJECT')
    or (jtype = 'OBJECT' and coalesce(json_type(messages, '$.steps_with_score'), '') <> 'ARRAY');
 
+insert into prm_problems
+select sample_id, row_order, 5, 'image reference ' || (list_position(list_transform(image_refs, lambda r: coalesce(r, '') = ''), true) - 1)
+       || ' is empty (no path and no bytes)'
+from prm_rows
+where list_bool_or(list_transform(image_refs, lambda r: coalesce(r, '') = ''));
+
 -- Conversations: one row per turn. Each document is parsed once, into structs; a turn that is
 -- not an object comes out as all-null fields. Leading system turns are counted, so a turn's
 -- position `n` in the dialogue needs no window.
@@ -134,6 +140,10 @@ select sample_id, row_order, 2,
        case when text is null then 'step ' || step_index || ' has no text'
             else 'step ' || step_index || ' has no numeric score' end
 from prm_raw_steps where text is null or mc_score is null;
+
+insert into prm_problems
+select sample_id, row_order, 3, 'conversation has no steps'
+from prm_rows where valid_json and jtype = 'ARRAY' and json_array_length(messages) = 0;
 
 insert into prm_problems
 select r.sample_id, r.row_order, 3, 'steps_with_score is empty'

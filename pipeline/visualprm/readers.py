@@ -13,7 +13,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.quarantine import Rejection
+from pipeline.quarantine import Rejection, utf8_text
 
 DATASET = "visualprm"
 
@@ -26,6 +26,9 @@ INPUT_SCHEMA = pa.schema(
         ("row_order", pa.int64()),
     ]
 )
+
+
+_JSON_KINDS = {"ARRAY": "array", "OBJECT": "object", "VARCHAR": "string", "NULL": "null", "BOOLEAN": "boolean"}
 
 
 def _sql_list(paths: list[Path]) -> str:
@@ -44,40 +47,59 @@ def parquet_problem(path: Path) -> str | None:
         return f"parquet lacks column(s) {', '.join(missing)}; columns are {', '.join(schema.names)}"
     if "media" in names:
         media = schema.field("media").type
-        if not (pa.types.is_list(media) or pa.types.is_large_list(media)) or not pa.types.is_struct(media.value_type):
-            return f"media column is {media}, expected a list of {{bytes, path}} structs"
+        item = media.value_type if pa.types.is_list(media) or pa.types.is_large_list(media) else None
+        fields = {f.name: f.type for f in item} if item is not None and pa.types.is_struct(item) else {}
+        if not (_is_kind(fields.get("bytes"), pa.types.is_binary, pa.types.is_large_binary)
+                and _is_kind(fields.get("path"), pa.types.is_string, pa.types.is_large_string)):
+            return f"media column is {media}, expected a list of {{bytes: binary, path: string}} structs"
     return None
+
+
+def _is_kind(t: pa.DataType | None, *tests) -> bool:
+    return t is not None and (pa.types.is_null(t) or any(test(t) for test in tests))
 
 
 def load_parquet_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[Rejection]:
     """Create `prm_input` from parquet shards, streaming (DuckDB reads them; nothing is held in Python).
 
-    An image reference is its path, or `sha256:<hex>` of the embedded bytes when the path is empty."""
-    rejected, good = [], []
+    Each shard is read on its own and cast to the input shape, so a shard whose columns drifted
+    (another type for `id` or `messages`, no `media`) cannot break the others, and one DuckDB
+    cannot read is quarantined (stage `read`) whole. An image reference is its path, or
+    `sha256:<hex>` of the embedded bytes when the path is empty."""
+    rejected = []
+    con.execute(
+        """create or replace temp table prm_shard_rows (sample_id varchar, source_hint varchar, messages varchar,
+                                                       image_refs varchar[], filename varchar, file_row_number bigint)"""
+    )
     for f in files:
         problem = parquet_problem(f)
+        if problem is None:
+            media = (
+                "list_transform(media, lambda m: coalesce(nullif(m.path::varchar, ''), 'sha256:' || sha256(m.bytes::blob)))"
+                if "media" in pq.read_schema(f).names
+                else "[]::varchar[]"
+            )
+            # A `messages` column that is already structured (not a JSON string) is turned back into JSON text.
+            try:
+                con.execute(
+                    f"""
+                    insert into prm_shard_rows
+                    select id::varchar, null::varchar,
+                           case when typeof(messages) = 'VARCHAR' then messages::varchar else to_json(messages)::varchar end,
+                           {media}, filename, file_row_number
+                    from read_parquet({_sql_list([f])}, filename = true, file_row_number = true)
+                    """
+                )
+            except duckdb.Error as exc:
+                problem = f"unreadable parquet: {str(exc).splitlines()[0]}"
         if problem:
             rejected.append(Rejection(DATASET, "read", f.name, problem))
-        else:
-            good.append(f)
-    if not good:
-        con.execute("create or replace temp table prm_input as select * from empty_input")
-        return rejected
-    has_media = all("media" in pq.read_schema(f).names for f in good)
-    media = (
-        "list_transform(media, lambda m: coalesce(nullif(m.path, ''), 'sha256:' || sha256(m.bytes)))"
-        if has_media
-        else "[]::varchar[]"
-    )
-    # A `messages` column that is already structured (not a JSON string) is turned back into JSON text.
     con.execute(
-        f"""
+        """
         create or replace temp table prm_input as
-        select id::varchar as sample_id, null::varchar as source_hint,
-               case when typeof(messages) = 'VARCHAR' then messages::varchar else to_json(messages)::varchar end as messages,
-               {media} as image_refs,
+        select sample_id, source_hint, messages, image_refs,
                row_number() over (order by filename, file_row_number) as row_order
-        from read_parquet({_sql_list(good)}, filename = true, file_row_number = true, union_by_name = true)
+        from prm_shard_rows
         """
     )
     return rejected
@@ -88,23 +110,46 @@ def load_jsonl_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[
 
     Upstream writes `"id": -1` on every line, so a sample is named `{file stem}:{line number}`
     (1-based), and its source is the file stem without `_prm` (`MathV360K_prm.jsonl` → MathV360K).
-    Lines are read as text here; all JSON work happens in DuckDB."""
+    Lines are read as text here; all JSON work happens in DuckDB. A line that is not UTF-8, is
+    JSON but not an object, or has an `image` that is neither a path nor a list of paths is
+    quarantined (stage `read`); invalid JSON is left to the parser, which says so."""
     ids, hints, lines = [], [], []
     rejected = []
     for f in files:
-        hint = f.stem[: -len("_prm")] if f.stem.endswith("_prm") else f.stem
+        stem = utf8_text(f.stem)
+        hint = stem[: -len("_prm")] if stem.endswith("_prm") else stem
         try:
             with open(f, "rb") as fh:
                 for number, raw in enumerate(fh, start=1):
-                    text = raw.decode("utf-8", errors="replace").strip()
+                    try:
+                        text = raw.decode("utf-8").strip()
+                    except UnicodeDecodeError as exc:
+                        rejected.append(Rejection(DATASET, "read", f"{stem}:{number}",
+                                                  f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})"))
+                        continue
                     if not text:
                         continue
-                    ids.append(f"{f.stem}:{number}")
+                    ids.append(f"{stem}:{number}")
                     hints.append(hint)
                     lines.append(text)
         except OSError as exc:
-            rejected.append(Rejection(DATASET, "read", f.name, f"unreadable file: {exc}"))
-    con.register("prm_jsonl_lines", pa.table({"sample_id": ids, "source_hint": hints, "line": lines}))
+            rejected.append(Rejection(DATASET, "read", utf8_text(f.name), f"unreadable file: {exc}"))
+    con.register("prm_jsonl_lines", pa.table({"sample_id": pa.array(ids, pa.string()), "source_hint": pa.array(hints, pa.string()),
+                                              "line": pa.array(lines, pa.string()), "pos": pa.array(range(len(ids)), pa.int64())}))
+    con.execute(
+        """
+        create or replace temp table prm_jsonl_misfits as
+        select sample_id, pos, json_type(line) <> 'OBJECT' as not_object,
+               case when json_type(line) <> 'OBJECT' then json_type(line) else json_type(line, '$.image') end as found
+        from prm_jsonl_lines
+        where json_valid(line)
+          and (json_type(line) <> 'OBJECT' or json_type(line, '$.image') not in ('VARCHAR', 'ARRAY', 'NULL'))
+        """
+    )
+    for sid, not_object, found in con.execute("select sample_id, not_object, found from prm_jsonl_misfits order by pos").fetchall():
+        kind = _JSON_KINDS.get(found, "number")
+        reason = f"line is a JSON {kind}, expected an object" if not_object else f"image is a JSON {kind}, expected a path or a list of paths"
+        rejected.append(Rejection(DATASET, "read", sid, reason))
     con.execute(
         """
         create or replace temp table prm_input as
@@ -116,8 +161,8 @@ def load_jsonl_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[
                     when json_type(line, '$.image') = 'ARRAY'
                          then list_filter(json_extract_string(line, '$.image[*]'), lambda x: x is not null)
                     else []::varchar[] end as image_refs,
-               row_number() over () as row_order
-        from prm_jsonl_lines
+               row_number() over (order by pos) as row_order
+        from prm_jsonl_lines anti join prm_jsonl_misfits using (pos)
         """
     )
     con.unregister("prm_jsonl_lines")
@@ -125,6 +170,4 @@ def load_jsonl_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.register("empty_input", INPUT_SCHEMA.empty_table())
-    return con
+    return duckdb.connect()
