@@ -22,7 +22,7 @@ test: bootstrap
 dev: bootstrap
 	@mkdir -p "$(DAGSTER_HOME)"
 	@cmp -s dagster.yaml "$(DAGSTER_HOME)/dagster.yaml" || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
-	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h 127.0.0.1 -p 3000
+	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h "$${REWARDHOUSE_UI_HOST:-127.0.0.1}" -p "$${REWARDHOUSE_UI_PORT:-3000}"
 
 bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_mmrb2_images.py

@@ -8,10 +8,14 @@ download one file, plus a GitHub-raw-like path, all from in-memory bytes:
     HEAD /datasets/{ns}/{name}/resolve/{rev}/{path}     ETag, X-Repo-Commit, Content-Length
     GET  /datasets/{ns}/{name}/resolve/{rev}/{path}     the bytes; honours `Range` (206)
     GET  /{owner}/{repo}/{commit}/{path}                GitHub raw; 404 for anything unknown
+    GET  /lfs/{sha256}                                  a CDN's blob (see `serve_lfs_from`)
 
 Every request is logged (method, path, Range header, status) so a test can assert that nothing
-was downloaded twice or that a download was resumed; `drop_connection_after` makes the next body
-of one file stop after N bytes with the connection closed, like a network failure.
+was downloaded twice or that a download was resumed. Faults, per file name:
+`drop_connection_after` makes the next body stop after N bytes with the connection closed, like a
+network failure; `hold_after` sends N bytes and then stalls until `release()`, so a test can kill
+the client mid-transfer; `serve_damaged` changes a byte of the body while HEAD and the ETag still
+describe the real file, like a corrupting proxy.
 
     with FakeHub() as hub:
         sha = hub.add_dataset_commit("org/data", {"image.zip": b"..."})
@@ -84,6 +88,11 @@ class FakeHub:
         self._datasets: dict[str, _Repo] = {}
         self._raw: dict[str, bytes] = {}  # "owner/repo/commit/path" -> bytes
         self._faults: dict[str, int] = {}  # file name (end of URL path) -> bytes sent before dropping
+        self._holds: dict[str, int] = {}  # file name -> bytes sent before stalling
+        self._damaged: dict[str, float] = {}  # file name -> GETs left to damage
+        self._released = threading.Event()
+        self._cdn: FakeHub | None = None
+        self._blobs: dict[str, bytes] = {}  # sha256 -> bytes, served at /lfs/{sha256}
         self._requests: list[Request] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -117,6 +126,28 @@ class FakeHub:
         """One shot: the next GET whose path ends with `/filename` sends `nbytes` of the body and hangs up."""
         with self._lock:
             self._faults[filename] = nbytes
+
+    def hold_after(self, filename: str, nbytes: int) -> None:
+        """One shot: the next GET of `/filename` sends `nbytes` of the body, then stalls (connection
+        open, nothing sent) until `release()` or `stop()`."""
+        with self._lock:
+            self._holds[filename] = nbytes
+        self._released.clear()
+
+    def release(self) -> None:
+        """End every stalled transfer (its connection is closed)."""
+        self._released.set()
+
+    def serve_damaged(self, filename: str, times: int | None = None) -> None:
+        """The next `times` GETs of `/filename` (every one when None) get its bytes with the last byte
+        changed; HEAD, Content-Length and the ETag still describe the real file."""
+        with self._lock:
+            self._damaged[filename] = float("inf") if times is None else times
+
+    def serve_lfs_from(self, cdn: "FakeHub") -> None:
+        """Answer /resolve/ of LFS files as the Hub does: a 302 to `cdn` (another origin) with the
+        file's sha256 and size in X-Linked-Etag / X-Linked-Size; `cdn` serves it without a token."""
+        self._cdn = cdn
 
     # -- request log -----------------------------------------------------------------------------
 
@@ -163,6 +194,7 @@ class FakeHub:
     def stop(self) -> None:
         if self._server is None:
             return
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -187,6 +219,31 @@ class FakeHub:
                 if path.endswith("/" + name):
                     return self._faults.pop(name)
         return None
+
+    def _take_hold(self, path: str) -> int | None:
+        with self._lock:
+            for name in list(self._holds):
+                if path.endswith("/" + name):
+                    return self._holds.pop(name)
+        return None
+
+    def _take_damage(self, path: str) -> bool:
+        with self._lock:
+            for name, left in self._damaged.items():
+                if path.endswith("/" + name) and left > 0:
+                    self._damaged[name] = left - 1
+                    return True
+        return False
+
+    def _blob(self, oid: str) -> bytes | None:
+        with self._lock:
+            return self._blobs.get(oid)
+
+    def _add_blob(self, data: bytes) -> str:
+        oid = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._blobs[oid] = data
+        return oid
 
     def _dataset(self, repo_id: str) -> _Repo | None:
         with self._lock:
@@ -233,6 +290,11 @@ class _Handler(BaseHTTPRequestHandler):
             elif parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":
                 self._check_token()
                 self._resolve(parts[1] + "/" + parts[2], parts[4], "/".join(parts[5:]), head)
+            elif parts[0] == "lfs" and len(parts) == 2:
+                blob = self.hub._blob(parts[1])
+                if blob is None:
+                    raise _Response(404, "404: Not Found")
+                self._send_file(blob, {"ETag": f'"{parts[1]}"'}, head)
             elif len(parts) >= 4:
                 data = self.hub._raw_file("/".join(parts))
                 if data is None:
@@ -274,6 +336,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path not in files:
             raise _Response(404, "Entry not found", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": sha})
         data = files[path]
+        cdn = self.hub._cdn
+        if cdn is not None and path.endswith(LFS_SUFFIXES):
+            oid = cdn._add_blob(data)
+            linked = {"X-Linked-Etag": f'"{oid}"', "X-Linked-Size": str(len(data)), "X-Repo-Commit": sha}
+            self._send(302, b"", {"Location": f"{cdn.url}/lfs/{oid}", "ETag": f'"{git_blob_sha1(data)}"', **linked}, head)
+            return
         self._send_file(data, {"ETag": f'"{etag_for(path, data)}"', "X-Repo-Commit": sha}, head)
 
     # -- answers ---------------------------------------------------------------------------------
@@ -312,11 +380,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
+        if status in (200, 206) and body and self.hub._take_damage(self._path):
+            body = body[:-1] + bytes([body[-1] ^ 0xFF])
         cut = self.hub._take_fault(self._path) if status in (200, 206) else None
         if cut is not None and cut < len(body):
             self.wfile.write(body[:cut])
             self.wfile.flush()
             self.close_connection = True  # the server then closes the socket: a truncated body
+            return
+        hold = self.hub._take_hold(self._path) if status in (200, 206) else None
+        if hold is not None and hold < len(body):
+            self.wfile.write(body[:hold])
+            self.wfile.flush()
+            self.hub._released.wait(timeout=120)
+            self.close_connection = True
             return
         self.wfile.write(body)
 

@@ -111,6 +111,11 @@ class ChecksumCache:
         self._entries[key] = [*stamp, digest]
         return digest
 
+    def remember(self, file: Path, digest: str) -> None:
+        """Record a sha256 computed elsewhere (e.g. while verifying a download) for `file` as it is now."""
+        st = file.stat()
+        self._entries[str(file.resolve())] = [st.st_size, st.st_mtime_ns, digest]
+
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")

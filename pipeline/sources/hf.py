@@ -56,6 +56,7 @@ from pipeline.sources.base import (
     ChecksumCache,
     RawSnapshot,
     SourceError,
+    sha256_file,
     snapshot_from_layout,
 )
 from pipeline.sources.visualprm import PARQUET_GLOB, PARQUET_ROLE, is_parquet_shard, snapshot_visualprm
@@ -212,7 +213,7 @@ def _record_files(entry: dict, records: dict) -> None:
 _MMRB2_IMAGES = _HubFiles(
     repo=MMRB2_IMAGE_REPO,
     wanted=" or ".join(MMRB2_IMAGE_ZIP_NAMES),
-    knob="image_revision / MMRB2_IMAGE_REVISION",
+    knob="hf_image_revision / MMRB2_IMAGE_REVISION",
     select=lambda files: [n for n in MMRB2_IMAGE_ZIP_NAMES if n in files][:1],
     local_globs=MMRB2_IMAGE_ZIP_NAMES,
     recorded=lambda e: {e["file"]: e.get("zip")} if e.get("file") in MMRB2_IMAGE_ZIP_NAMES else None,
@@ -222,7 +223,7 @@ _MMRB2_IMAGES = _HubFiles(
 _VISUALPRM_SHARDS = _HubFiles(
     repo=VISUALPRM_REPO,
     wanted=PARQUET_GLOB,
-    knob="revision / VISUALPRM_REVISION",
+    knob="hf_visualprm_revision / VISUALPRM_REVISION",
     select=lambda files: sorted(f for f in files if is_parquet_shard(f)),
     local_globs=(PARQUET_GLOB,),
     recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
@@ -326,7 +327,9 @@ def _download_verified(
 ) -> dict:
     """Our own ranged download of one pinned file, so a killed download resumes next run
     (huggingface_hub only resumes within one call). The Hub's metadata gives size and, for LFS
-    files, the sha256 to verify against; a file already on disk that matches both is kept."""
+    files, the sha256 to verify against; a file already on disk that matches both is kept. Only a
+    download that matches them is moved into place: a damaged one is discarded and fetched again,
+    a bounded number of times, and the file already at `dest` stays as it was."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     url = hf_hub_url(spec.repo, name, repo_type="dataset", revision=sha, endpoint=endpoint)
@@ -342,19 +345,26 @@ def _download_verified(
         log(f"hf: {what} is already on disk and matches the Hub; not downloading it again")
         return {"sha256": expected, "size": meta.size}
 
+    def damage(part: Path) -> str | None:
+        size = part.stat().st_size
+        if meta.size is not None and size != meta.size:
+            return f"{size} bytes arrived, the Hub says {meta.size}"
+        if expected and (digest := sha256_file(part)) != expected:
+            return f"sha256 {digest} does not match the Hub's ETag {expected}"
+        return None
+
     log(f"hf: fetching {what} ({meta.size} bytes)")
-    _download(url, dest, log, headers=_auth_header(token), location=meta.location)
-    size = dest.stat().st_size
-    digest = cache.sha256(dest)
-    problem = None
-    if meta.size is not None and size != meta.size:
-        problem = f"{size} bytes on disk, the Hub says {meta.size}"
-    elif expected and digest != expected:
-        problem = f"sha256 {digest} does not match the Hub's {expected}"
-    if problem:
-        dest.unlink()
-        raise SourceError(f"hf source: downloaded {what} is damaged ({problem}); it was removed, run again")
-    return {"sha256": digest, "size": size}
+    _download(
+        url, dest, log, headers=_auth_header(token), location=meta.location, check=damage,
+        damaged=lambda problem: (
+            f"hf source: {name} of {spec.repo} at revision {sha} failed verification on all "
+            f"{DOWNLOAD_ATTEMPTS} attempts ({problem}); the damaged bytes were discarded. Run again "
+            f"later; if it persists, pin another revision ({spec.knob}) or use the local source"
+        ),
+    )
+    if expected:
+        cache.remember(dest, expected)  # just verified; a 2 GB zip is not hashed twice
+    return {"sha256": expected or cache.sha256(dest), "size": dest.stat().st_size}
 
 
 def _auth_header(token: str | None) -> dict[str, str]:
@@ -427,12 +437,17 @@ def _hub_error(
 # --- annotations: GitHub raw -------------------------------------------------------------------
 
 
+def _origin(url: str) -> tuple[str, str]:
+    split = urllib.parse.urlsplit(url)
+    return split.scheme.lower(), split.netloc.lower()
+
+
 class _NoAuthAcrossHosts(urllib.request.HTTPRedirectHandler):
-    """Follow redirects (the Hub sends files to a CDN) without carrying the token to another host."""
+    """Follow redirects (the Hub sends files to a CDN) without carrying the token to another origin."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+        if new is not None and _origin(newurl) != _origin(req.full_url):
             new.remove_header("Authorization")
         return new
 
@@ -446,6 +461,10 @@ class _NotFound(Exception):
 
 class _Retry(Exception):
     """A transient failure: the next attempt resumes from the .part file."""
+
+
+class _Damaged(_Retry):
+    """A complete download that failed its check; the .part file is gone, the next attempt starts over."""
 
 
 class _Fatal(Exception):
@@ -510,24 +529,46 @@ def _matches(path: Path, rec: dict | None, cache: ChecksumCache) -> bool:
     return path.stat().st_size == rec.get("size") and cache.sha256(path) == rec["sha256"]
 
 
-def _download(url: str, dest: Path, log: Log, headers: dict | None = None, location: str | None = None) -> None:
-    """Download url to dest through `dest.part`, resuming a partial file with a Range request."""
+def _download(
+    url: str,
+    dest: Path,
+    log: Log,
+    headers: dict | None = None,
+    location: str | None = None,
+    check: Callable[[Path], str | None] | None = None,
+    damaged: Callable[[str], str] | None = None,
+) -> None:
+    """Download url to dest through `dest.part`, resuming a partial file with a Range request.
+
+    `check` judges a complete `.part` (None when good, else what is wrong); only a good one is
+    moved to `dest`. `damaged` words the error when every attempt failed the check.
+    """
     part = dest.with_name(dest.name + ".part")
+    source = location or url
+    if _origin(source) != _origin(url):  # the Hub sends LFS files to a CDN: the token stays with the Hub
+        headers = {k: v for k, v in (headers or {}).items() if k.lower() != "authorization"}
     reason = "no attempt made"
+    failure: _Retry | None = None
     for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
         try:
-            _download_once(location or url, part, log, headers or {})
+            _download_once(source, part, log, headers or {})
+            if check is not None and (problem := check(part)):
+                part.unlink()
+                raise _Damaged(problem)
         except _Retry as exc:
-            reason = str(exc)
-            log(f"hf: {dest.name}: {reason} (attempt {attempt}/{DOWNLOAD_ATTEMPTS})")
+            failure, reason = exc, str(exc)
+            what = "damaged download discarded, " if isinstance(exc, _Damaged) else ""
+            log(f"hf: {dest.name}: {what}{reason} (attempt {attempt}/{DOWNLOAD_ATTEMPTS})")
             if attempt < DOWNLOAD_ATTEMPTS:
                 time.sleep(RETRY_PAUSE)
             continue
         except _Fatal as exc:
-            reason = str(exc)
+            failure, reason = None, str(exc)
             break
         os.replace(part, dest)
         return
+    if isinstance(failure, _Damaged) and damaged is not None:
+        raise SourceError(damaged(reason))
     kept = f"; {part.stat().st_size} bytes are kept in {part} and the next run resumes" if part.exists() else ""
     raise SourceError(
         f"hf source: could not download {dest.name} from {url}: {reason}{kept}. "
