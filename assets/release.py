@@ -14,7 +14,7 @@ from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.staging import read_staged, write_staged
 from pipeline.visualprm.export import render_meta
-from warehouse.duck import sync_warehouse
+from warehouse.duck import publish_release
 from warehouse.store import ReleaseStore, release_id_for
 
 from assets.common import snapshot_of
@@ -130,10 +130,13 @@ def warehouse_release(
     export = candidate["export"]
     rows = export["rows"]
     store = ReleaseStore(layout.releases)
-    store.sweep_temporaries()
-    manifest, published = store.publish(
+    manifest, published, pruned = publish_release(
+        store,
+        layout.warehouse,
         release_id,
         tables,
+        keep=settings.keep_releases,
+        on_wait=context.log.warning,
         code_version=TRANSFORM_VERSION,
         sources=candidate["sources"],
         settings=candidate["settings"],
@@ -142,8 +145,6 @@ def warehouse_release(
         rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
         summary={"export": {"rows": rows, "removed": export["removed"]}},
     )
-    pruned = store.prune(settings.keep_releases)
-    sync_warehouse(store, layout.warehouse)
     context.log.info(
         f"release {release_id} {'published' if published else 'unchanged, nothing new published'}"
         + (f"; pruned {', '.join(pruned)}" if pruned else "")

@@ -24,7 +24,10 @@ def prepare_dagster_home(layout: Layout) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     src, dst = REPO_ROOT / "dagster.yaml", home / "dagster.yaml"
     if src.is_file() and (not dst.is_file() or dst.read_bytes() != src.read_bytes()):
-        shutil.copyfile(src, dst)  # the repository's instance settings win over an older copy
+        # The repository's instance settings win over an older copy; tmp + rename, as two runs may start at once.
+        tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
@@ -37,7 +40,10 @@ def _failure_messages(result) -> list[str]:
             # A dg.Failure carries the user-facing description; anything else: its message line.
             while err.cause is not None and err.cls_name in ("DagsterExecutionStepExecutionError",):
                 err = err.cause
-            messages.append(f"{event.step_key}: {err.message.strip()}")
+            text = err.message.strip()
+            if err.cls_name in ("Failure", "PublishError"):  # written for the user: no class name in front
+                text = text.partition(": ")[2] or text
+            messages.append(f"{event.step_key}: {text}")
     return messages
 
 
@@ -66,9 +72,22 @@ def _parse_value(text: str):
     return text
 
 
+def _one_run_at_a_time(layout: Layout):
+    """`rewardhouse run` executes in process, outside Dagster's run queue, so runs on one data root
+    queue here: they share the Dagster home's SQLite files, staging and the raw downloads."""
+    from warehouse.store import exclusive_lock
+
+    def say() -> None:
+        print(f"rewardhouse: another `rewardhouse run` is using {layout.root}; waiting for it to finish",
+              file=sys.stderr, flush=True)
+
+    return exclusive_lock(layout.root / ".run.lock", say)
+
+
 def cmd_run(args) -> int:
     import dagster as dg
 
+    from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
 
     layout = Layout()
@@ -95,9 +114,10 @@ def cmd_run(args) -> int:
             return _fail(f"--set {item!r}: expected KEY=VALUE with KEY one of {known}", 2)
         config[key] = _parse_value(value)
     job = defs.resolve_job_def("refresh")
-    with dg.DagsterInstance.get() as instance:
+    with _one_run_at_a_time(layout), dg.DagsterInstance.get() as instance:
         result = job.execute_in_process(
             instance=instance,
+            tags=ALL_PARTITIONS_TAGS,
             run_config={
                 "resources": {"rewardhouse": {"config": config}},
                 # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
@@ -158,19 +178,35 @@ def cmd_releases(args) -> int:
     return 0
 
 
+# What `rewardhouse sql` runs: queries. Any other statement (CREATE, INSERT, DROP, ATTACH, COPY,
+# EXPORT, INSTALL/LOAD, SET ...) is refused before it reaches DuckDB.
+_SQL_QUERY_STATEMENTS = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL"})
+_SQL_QUERY_FORMS = "SELECT/WITH/FROM, SHOW, DESCRIBE, SUMMARIZE, EXPLAIN, PRAGMA, CALL"
+
+
 def cmd_sql(args) -> int:
     import duckdb
 
     try:
-        con = _connect_readonly(Layout())
+        con = _connect_readonly(Layout())  # read-only, no other file, configuration locked
     except FileNotFoundError as exc:
         return _fail(str(exc))
     try:
         with con:
+            kinds = [statement.type.name for statement in con.extract_statements(args.query)]
+            refused = sorted({"INSTALL/LOAD" if k == "LOAD" else k for k in kinds} - _SQL_QUERY_STATEMENTS)
+            if refused:
+                return _fail(
+                    f"refused: the warehouse is read-only and `rewardhouse sql` runs queries only "
+                    f"({_SQL_QUERY_FORMS}), not {' or '.join(refused)}; `rewardhouse run` writes it",
+                    2,
+                )
             rel = con.sql(args.query)
             if rel is None:
                 return 0
             columns, rows = rel.columns, rel.fetchall()
+    except duckdb.PermissionException as exc:
+        return _fail(f"refused: the warehouse session reads the warehouse only ({str(exc).splitlines()[0]})", 2)
     except duckdb.Error as exc:
         return _fail(f"query failed: {str(exc).splitlines()[0]}", 2)
     print(format_rows(columns, rows, fmt=args.format))
@@ -292,7 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except OSError as exc:  # an unwritable or full data root, outside any run: say which path, no traceback
+        where = f"cannot use {exc.filename}: " if exc.filename else ""
+        return _fail(f"{where}{exc.strerror or exc}")
 
 
 if __name__ == "__main__":

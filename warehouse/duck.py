@@ -1,8 +1,9 @@
 """The DuckDB warehouse: one schema per kept release, `main` views on the current one.
 
-The file is rebuilt beside the live one and swapped in with os.replace, so readers never see a
-half-built warehouse. Tables are copied into DuckDB (not views on Parquet paths), so the file
-works read-only from any working directory and even after the data root moves.
+The file is rebuilt beside the live one, fsynced and swapped in with os.replace under the store's
+writer lock, so readers never see a half-built warehouse and writers never undo each other. Tables
+are copied into DuckDB (not views on Parquet paths), so the file works read-only from any working
+directory and even after the data root moves.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any, Callable, Collection
 
 import duckdb
+import pyarrow as pa
 
-from warehouse.store import Manifest, ReleaseStore
+from warehouse.store import Manifest, PublishError, ReleaseStore, fsync, write_failure
 
 META_TABLE = "_rewardhouse"
 SQL_DIR = Path(__file__).resolve().parent / "sql"
@@ -41,10 +44,14 @@ _SESSION_MACROS = (
 
 
 def connect_readonly(db_path: Path) -> duckdb.DuckDBPyConnection:
-    """A read-only session on the warehouse, with the reader conveniences above."""
+    """A read-only session on the warehouse, with the reader conveniences above, that can touch no
+    other file (no COPY … TO, ATTACH, read_csv, extension install) and cannot be talked out of it:
+    DuckDB's external access is off and its configuration locked."""
     con = duckdb.connect(str(db_path), read_only=True)
     for statement in _SESSION_MACROS:
         con.execute(statement)
+    con.execute("set enable_external_access = false")
+    con.execute("set lock_configuration = true")
     return con
 
 
@@ -60,23 +67,79 @@ def warehouse_release(db_path: Path) -> str | None:
     return row[0] if row else None
 
 
-def sync_warehouse(store: ReleaseStore, db_path: Path) -> str | None:
-    """Make the warehouse reflect the store: a schema per release, main views on CURRENT."""
-    current = store.current()
-    manifests = store.list()
-    tmp = db_path.with_name(f".{db_path.name}.{uuid.uuid4().hex[:8]}")
-    if db_path.is_file() and warehouse_release(db_path) is not None:
-        shutil.copy2(db_path, tmp)
-    try:
-        with duckdb.connect(str(tmp)) as con:
-            _sync(con, store, manifests, current)
-            con.execute("checkpoint")
-        os.replace(tmp, db_path)
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-            if leftover.exists():
-                leftover.unlink()
+def publish_release(
+    store: ReleaseStore,
+    db_path: Path,
+    release_id: str,
+    tables: dict[str, pa.Table | Path],
+    *,
+    keep: int = 0,
+    on_wait: Callable[[str], None] | None = None,
+    **publish_args: Any,
+) -> tuple[Manifest, bool, list[str]]:
+    """Publish a release and point the warehouse at it, as one writer (`publish_args` as for
+    ReleaseStore.publish; all but the newest `keep` releases are pruned, 0 keeps all); returns
+    (manifest, published, pruned). The release folder is put in place and the warehouse rebuilt on
+    it before CURRENT is swapped, and pruned folders go last, so a failure or crash at any step
+    leaves CURRENT and the warehouse's main views on a complete release, the previous one until
+    the swap."""
+    with store.writer_lock(on_wait):
+        store.sweep_temporaries()
+        manifest, published = store.publish(release_id, tables, make_current=False, **publish_args)
+        pruned = store.prunable(keep, release_id)
+        sync_warehouse(store, db_path, current=release_id, without=pruned)
+        try:
+            store.set_current(release_id)
+        except OSError as exc:
+            raise write_failure(f"could not make release {release_id} current in {store.dir}", exc) from exc
+        try:
+            store.discard(pruned)
+        except OSError as exc:
+            raise write_failure(f"release {release_id} is current, but pruning {', '.join(pruned)} failed",
+                                exc) from exc
+    return manifest, published, pruned
+
+
+def sync_warehouse(
+    store: ReleaseStore, db_path: Path, current: str | None = None, without: Collection[str] = ()
+) -> str | None:
+    """Make the warehouse reflect the store: a schema per release (but those `without`, about to
+    be pruned), main views on `current` (by default the store's CURRENT)."""
+    with store.writer_lock():
+        sweep_warehouse_temporaries(db_path)
+        current = current or store.current()
+        manifests = [m for m in store.list() if m.release_id not in without]
+        tmp = db_path.with_name(f".{db_path.name}.{uuid.uuid4().hex[:8]}")
+        try:
+            if db_path.is_file() and warehouse_release(db_path) is not None:
+                shutil.copy2(db_path, tmp)
+            with duckdb.connect(str(tmp)) as con:
+                _sync(con, store, manifests, current)
+                con.execute("checkpoint")
+            fsync(tmp)
+            os.replace(tmp, db_path)
+            fsync(db_path.parent)
+        except (OSError, duckdb.Error) as exc:  # a full disk surfaces as either, often a failed commit
+            if isinstance(exc, PublishError):
+                raise
+            kept = warehouse_release(db_path)
+            raise write_failure(
+                f"could not rebuild the warehouse {db_path} on release {current} "
+                f"({f'it still serves release {kept}' if kept else 'no warehouse was written'})", exc
+            ) from exc
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
     return current
+
+
+def sweep_warehouse_temporaries(db_path: Path) -> list[str]:
+    """Half-built copies left by a writer that died; only call under the store's writer lock."""
+    removed = []
+    for leftover in sorted(db_path.parent.glob(f".{db_path.name}.*")):
+        leftover.unlink(missing_ok=True)
+        removed.append(leftover.name)
+    return removed
 
 
 def _sync(con: duckdb.DuckDBPyConnection, store: ReleaseStore, manifests: list[Manifest], current: str | None) -> None:

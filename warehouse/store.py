@@ -3,22 +3,29 @@
     {root}/releases/{release_id}/{table}.parquet
     {root}/releases/{release_id}/manifest.json
     {root}/releases/CURRENT            the id of the current release (the commit point)
+    {root}/releases/.writer.lock       held (flock) by the one process writing releases or the warehouse
 
 Publishing writes into a hidden temporary folder, fsyncs, renames it into place, then swaps
 CURRENT with os.replace. A crash at any step leaves the previous release whole and current.
+Pruning renames a release out of sight before deleting it, so no half-deleted release is ever
+listed. Writers in different processes take turns on the lock file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +34,25 @@ from pipeline.sources.base import sha256_file
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
+WRITER_LOCK = ".writer.lock"
+TMP_PREFIX = ".tmp-"
+
+log = logging.getLogger(__name__)
+
+
+class PublishError(OSError):
+    """A release or the warehouse could not be written (no space, no permission, ...); the message
+    names what and where, and the previous release is still whole and current."""
+
+
+def write_failure(what: str, exc: BaseException) -> PublishError:
+    """`what` failed because of `exc`, in one line: the reason and the path it happened on."""
+    if isinstance(exc, OSError) and exc.strerror:
+        files = [str(f) for f in (exc.filename, exc.filename2) if f]
+        reason = exc.strerror + (f" ({' -> '.join(files)})" if files else "")
+    else:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return PublishError(f"{what}: {reason}")
 
 
 def release_id_for(input_checksums: dict, code_version: str, settings: dict) -> str:
@@ -63,7 +89,8 @@ class Manifest:
         return cls(**json.loads(path.read_text()))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """Flush a file's data, or a folder's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -71,11 +98,70 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _fsync_tree(root: Path) -> None:
+    """Every folder under root, deepest first, so each new entry is on disk before its parent's."""
+    for folder, _, _ in sorted(os.walk(root), key=lambda w: w[0].count(os.sep), reverse=True):
+        fsync(Path(folder))
+
+
 def _write_durable(path: Path, data: bytes) -> None:
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+class _Hold:
+    """This process's hold on one lock file: a thread lock in front of the flock, and its depth."""
+
+    def __init__(self) -> None:
+        self.guard = threading.RLock()
+        self.fd: int | None = None
+        self.depth = 0
+
+
+_holds: dict[str, _Hold] = {}
+_holds_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Exclusive across processes (flock; the kernel drops it when the holder dies), re-entrant
+    within one thread so publish, prune and the warehouse sync can nest under a caller's hold.
+    `on_wait` is called once when another process holds it, before blocking until it is free."""
+    key = os.path.abspath(path)
+    with _holds_guard:
+        hold = _holds.setdefault(key, _Hold())
+    with hold.guard:
+        if hold.depth == 0:
+            hold.fd = _acquire(Path(key), on_wait)
+        hold.depth += 1
+        try:
+            yield
+        finally:
+            hold.depth -= 1
+            if hold.depth == 0 and hold.fd is not None:
+                os.close(hold.fd)
+                hold.fd = None
+
+
+def _acquire(path: Path, on_wait: Callable[[], None] | None) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise write_failure(f"cannot open the lock file {path}", exc) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _place(root: Path, rel: str) -> Path:
@@ -92,6 +178,13 @@ class ReleaseStore:
 
     def path(self, release_id: str) -> Path:
         return self.dir / release_id
+
+    def writer_lock(self, on_wait: Callable[[str], None] | None = None) -> contextlib.AbstractContextManager[None]:
+        """Held around publish, prune and the warehouse sync: one writer at a time per data root.
+        A writer that has to wait says so first, through `on_wait` (default: a logged warning)."""
+        path = self.dir / WRITER_LOCK
+        say = on_wait or log.warning
+        return exclusive_lock(path, lambda: say(f"waiting for the warehouse writer: another process holds {path}"))
 
     def exists(self, release_id: str) -> bool:
         return (self.path(release_id) / MANIFEST).is_file()
@@ -132,19 +225,54 @@ class ReleaseStore:
         bulk: dict[str, dict[str, Path]] | None = None,
         rendered: dict[str, Callable[[Path], bytes]] | None = None,
         summary: dict | None = None,
+        make_current: bool = True,
     ) -> tuple[Manifest, bool]:
         """Publish atomically; returns (manifest, published). An existing id is only made current.
 
         `files` are copied in (relative path → staged file) and checksummed one by one; `bulk` are
         content-addressed folders (folder → {relative path → file}), hard-linked where possible and
         summarised by count; `rendered` files are produced from the release's final path (an
-        export's meta that must point at the published folder)."""
+        export's meta that must point at the published folder). With `make_current=False` the
+        release is put in place but CURRENT is left for the caller to swap (see
+        `warehouse.duck.publish_release`)."""
+        with self.writer_lock():
+            try:
+                manifest, published = self._write(release_id, tables, code_version=code_version, sources=sources,
+                                                   settings=settings, files=files, bulk=bulk, rendered=rendered,
+                                                   summary=summary)
+                if make_current:
+                    self.set_current(release_id)
+            except PublishError:
+                raise
+            except OSError as exc:
+                previous = self.current()
+                raise write_failure(
+                    f"could not publish release {release_id} in {self.dir} (nothing published; "
+                    f"{f'release {previous} stays current' if previous else 'no release is current'})", exc
+                ) from exc
+        return manifest, published
+
+    def _write(
+        self,
+        release_id: str,
+        tables: dict[str, pa.Table | Path],
+        *,
+        code_version: str,
+        sources: dict,
+        settings: dict,
+        files: dict[str, Path] | None,
+        bulk: dict[str, dict[str, Path]] | None,
+        rendered: dict[str, Callable[[Path], bytes]] | None,
+        summary: dict | None,
+    ) -> tuple[Manifest, bool]:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.exists(release_id):
-            self.set_current(release_id)
             return self.manifest(release_id), False
+        final = self.path(release_id)
+        if final.exists():  # a folder without a manifest is debris of an older crash, never a release
+            self._discard(final)
 
-        tmp = self.dir / f".tmp-{release_id}-{uuid.uuid4().hex[:8]}"
+        tmp = self.dir / f"{TMP_PREFIX}{release_id}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
             entries = {}
@@ -156,19 +284,18 @@ class ReleaseStore:
                 else:
                     pq.write_table(table, file, compression="zstd")
                     rows = table.num_rows
-                with open(file, "rb+") as fh:
-                    os.fsync(fh.fileno())
+                fsync(file)
                 entries[name] = {
                     "rows": rows,
                     "file": file.name,
                     "sha256": sha256_file(file),
                     "bytes": file.stat().st_size,
                 }
-            final = self.path(release_id)
             extra = {}
             for rel, src in sorted((files or {}).items()):
                 target = _place(tmp, rel)
                 shutil.copyfile(src, target)
+                fsync(target)
                 extra[rel] = {"sha256": sha256_file(target), "bytes": target.stat().st_size}
             for rel, render in sorted((rendered or {}).items()):
                 target = _place(tmp, rel)
@@ -183,6 +310,7 @@ class ReleaseStore:
                         os.link(src, target)  # content-addressed and immutable: sharing the inode is safe
                     except OSError:
                         shutil.copyfile(src, target)
+                        fsync(target)
                     total += target.stat().st_size
                 bulk_summary[folder] = {"files": len(members), "bytes": total}
             manifest = Manifest(
@@ -197,37 +325,59 @@ class ReleaseStore:
                 summary=summary or {},
             )
             _write_durable(tmp / MANIFEST, manifest.to_json().encode())
-            _fsync_dir(tmp)
+            _fsync_tree(tmp)
             os.rename(tmp, final)
-            _fsync_dir(self.dir)
+            fsync(self.dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self.set_current(release_id)
         return manifest, True
 
+    def _discard(self, folder: Path) -> None:
+        """Rename out of sight (atomic), then delete; a crash in between leaves only a temporary."""
+        doomed = self.dir / f"{TMP_PREFIX}discard-{folder.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(folder, doomed)
+        fsync(self.dir)
+        shutil.rmtree(doomed)
+
     def set_current(self, release_id: str) -> None:
-        tmp = self.dir / f".{CURRENT}.{uuid.uuid4().hex[:8]}"
-        _write_durable(tmp, (release_id + "\n").encode())
-        os.replace(tmp, self.dir / CURRENT)
-        _fsync_dir(self.dir)
+        with self.writer_lock():
+            tmp = self.dir / f".{CURRENT}.{uuid.uuid4().hex[:8]}"
+            try:
+                _write_durable(tmp, (release_id + "\n").encode())
+                os.replace(tmp, self.dir / CURRENT)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            fsync(self.dir)
 
     def sweep_temporaries(self) -> list[str]:
-        """Remove leftovers of publishes that crashed; they were never visible."""
+        """Remove leftovers of publishes and prunes that crashed; they were never visible. Under the
+        writer lock, so another process's publish in flight is never taken for a leftover."""
+        if not self.dir.is_dir():
+            return []
         removed = []
-        if self.dir.is_dir():
-            for child in self.dir.iterdir():
-                if child.name.startswith((".tmp-", f".{CURRENT}.")):
+        with self.writer_lock():
+            for child in sorted(self.dir.iterdir()):
+                if child.name.startswith((TMP_PREFIX, f".{CURRENT}.")):
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
                     removed.append(child.name)
         return removed
 
     def prune(self, keep: int) -> list[str]:
         """Delete all but the newest `keep` releases (never the current one); 0 keeps all."""
+        with self.writer_lock():
+            doomed = self.prunable(keep, self.current())
+            self.discard(doomed)
+        return doomed
+
+    def prunable(self, keep: int, current: str | None) -> list[str]:
+        """What `prune(keep)` deletes once `current` is CURRENT."""
         if keep <= 0:
             return []
-        current = self.current()
-        doomed = [m.release_id for m in self.list()[keep:] if m.release_id != current]
-        for rid in doomed:
-            shutil.rmtree(self.path(rid))
-        return doomed
+        return [m.release_id for m in self.list()[keep:] if m.release_id != current]
+
+    def discard(self, release_ids: list[str]) -> None:
+        with self.writer_lock():
+            for rid in release_ids:
+                self._discard(self.path(rid))

@@ -1,0 +1,155 @@
+"""Publish one release through `publish_release`, as the `warehouse_release` asset does, in a
+process of its own so a test can kill it, starve it of disk or run several at once.
+
+    python tests/publish_helper.py ROOT SEQ [--keep K] [--go] [--fsize BYTES]
+
+`stage(root, seq)` first writes what the release is made of: Parquet tables under ROOT/staging/SEQ
+(published by copy, as the asset publishes its candidate), an export file to copy and a folder of
+content-addressed blobs to hard-link. SEQ names the release and sets its row counts, so every
+release's counts differ. With --go the helper prints "ready" once imported and starts on a line on
+stdin, so a kill can be timed against the publish alone. --fsize caps the size of any file the
+process writes (RLIMIT_FSIZE with SIGXFSZ ignored: the write fails with EFBIG, as on a full disk).
+Prints what it did as JSON (release id, published, pruned, row counts, timings); a PublishError
+exits 3 with its one-line message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from warehouse.duck import publish_release  # noqa: E402
+from warehouse.store import Manifest, PublishError, ReleaseStore  # noqa: E402
+
+TABLES = ("pairs", "items", "samples", "steps", "images", "quarantine")
+EXPORT = "exports/train.jsonl"
+ROWS = 60_000
+EXPORT_LINES = 100_000
+BLOBS = 40
+
+
+def release_id(seq: int) -> str:
+    return f"r{seq:04d}"
+
+
+def row_counts(seq: int, rows: int = ROWS) -> dict[str, int]:
+    return {name: rows + seq + i for i, name in enumerate(TABLES)}
+
+
+def staged(root: Path, seq: int) -> Path:
+    return root / "staging" / str(seq)
+
+
+def stage(root: Path, seq: int, rows: int = ROWS) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = staged(root, seq)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seq)
+    for name, n in row_counts(seq, rows).items():
+        table = pa.table({
+            "key": np.arange(n, dtype=np.int64),
+            "score": rng.random(n),
+            "text": pa.array(rng.integers(0, 1 << 40, n)).cast(pa.string()),
+        })
+        pq.write_table(table, folder / f"{name}.parquet", compression="zstd")
+    export = root / "staging" / "train.jsonl"
+    if not export.exists():
+        lines = (json.dumps({"id": i, "text": f"step {i} of a rollout"}) + "\n" for i in range(EXPORT_LINES))
+        export.write_text("".join(lines))
+    blobs = root / "images"
+    blobs.mkdir(exist_ok=True)
+    for i in range(BLOBS):
+        blob = blobs / f"{i:04d}.bin"
+        if not blob.exists():
+            blob.write_bytes(bytes([i % 256]) * 4096)
+
+
+class TimedStore(ReleaseStore):
+    """Notes when the release folder is written, so a test can aim kills before or after it."""
+
+    written_at = 0.0
+
+    def publish(self, *args: Any, **kwargs: Any) -> tuple[Manifest, bool]:
+        try:
+            return super().publish(*args, **kwargs)
+        finally:
+            self.written_at = time.perf_counter()
+
+
+def publish(root: Path, seq: int, keep: int) -> dict:
+    folder = staged(root, seq)
+    store = TimedStore(root / "releases")
+    started = time.perf_counter()
+    manifest, published, pruned = publish_release(
+        store,
+        root / "warehouse.duckdb",
+        release_id(seq),
+        {name: folder / f"{name}.parquet" for name in TABLES},
+        keep=keep,
+        on_wait=lambda message: print(message, file=sys.stderr, flush=True),
+        code_version="test",
+        sources={"seq": seq},
+        settings={},
+        files={EXPORT: root / "staging" / "train.jsonl"},
+        bulk={"exports/images": {p.name: p for p in sorted((root / "images").glob("*.bin"))}},
+        rendered={"exports/meta.json": lambda final: json.dumps({"root": str(final)}).encode()},
+    )
+    return {"release_id": manifest.release_id, "published": published, "pruned": pruned, "rows": manifest.row_counts,
+            "writing_s": store.written_at - started, "seconds": time.perf_counter() - started}
+
+
+def assert_release_complete(store: ReleaseStore, rid: str) -> None:
+    """Every file the manifest names is there, with its checksum, size and row count."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    manifest, folder = store.manifest(rid), store.path(rid)
+    for entry in manifest.tables.values():
+        file = folder / entry["file"]
+        assert hashlib.sha256(file.read_bytes()).hexdigest() == entry["sha256"], file
+        assert file.stat().st_size == entry["bytes"], file
+        assert pq.ParquetFile(file).metadata.num_rows == entry["rows"], file
+    for rel, entry in manifest.files.items():
+        assert hashlib.sha256((folder / rel).read_bytes()).hexdigest() == entry["sha256"], rel
+    for rel, entry in manifest.bulk.items():
+        assert sum(1 for p in (folder / rel).rglob("*") if p.is_file()) == entry["files"], rel
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root", type=Path)
+    parser.add_argument("seq", type=int)
+    parser.add_argument("--keep", type=int, default=3)
+    parser.add_argument("--go", action="store_true")
+    parser.add_argument("--fsize", type=int, default=0)
+    args = parser.parse_args()
+
+    if args.fsize:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (args.fsize, args.fsize))
+    if args.go:
+        print("ready", flush=True)
+        sys.stdin.readline()
+    try:
+        result = publish(args.root, args.seq, args.keep)
+    except PublishError as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
