@@ -53,8 +53,7 @@ def image_hashes(
                                  max_image_pixels=settings.max_image_pixels)
             rows, rejected = hash_rows("visualprm", results, {r["image_key"]: r["bytes"] for r in vp})
         hashes = pa.concat_tables([staged["image_hashes"], pa.Table.from_pylist(rows, schema=HASHES_SCHEMA)])
-        quarantine = pa.concat_tables([staged["hash_quarantine"], quarantine_table(rejected)])
-        tables = {"image_hashes": hashes, "quarantine": quarantine}
+        tables = {"image_hashes": hashes, "quarantine": quarantine_table(rejected)}
         metadata = {**plain_counts(tables), "workers": workers,
                     "preview": preview(tables["image_hashes"], columns=["dataset", "image_key", "phash", "width", "height"])}
         return {"tables": write_staged(out, tables)}, metadata

@@ -10,9 +10,9 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.mmrb2.images import inventory_images
+from pipeline.mmrb2.images import inventory_and_hash
 from pipeline.dedupe.decisions import HASHES_SCHEMA
-from pipeline.dedupe.hashing import default_workers, hash_zip
+from pipeline.dedupe.hashing import default_workers
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
@@ -69,6 +69,7 @@ def mmrb2_annotations(
 MMRB2_PARTITIONS = dg.StaticPartitionsDefinition(list(PARTITION_KEYS))
 UNREFERENCED = "unreferenced"  # the part of the zip no task owns; done by mmrb2_images
 
+
 def _task_images(mmrb2_annotations: dict) -> dict[str, TaskImages]:
     staged = read_staged({k: mmrb2_annotations["tables"][k] for k in ("mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items")})
     return images_by_task(staged["mmrb2_pairs"], staged["mmrb2_response_items"], staged["mmrb2_prompt_items"])
@@ -83,31 +84,25 @@ def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: 
 
 
 def _inventory_and_hash(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path):
-    """One part of the zip: each image read straight from it (checksum, dimensions, decode status),
-    then the decodable ones hashed. A task's part is the names it owns; the `unreferenced` part is
-    every other entry plus faults of the archive itself (`names` then lists what to leave out)."""
+    """One part of the zip: each image read straight from it and decoded once, in parallel, for
+    its checksum, dimensions, decode status and hashes. A task's part is the names it owns; the
+    `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
+    what to leave out)."""
     settings = rewardhouse.settings()
-    zip_path = snapshot.image_zip if snapshot else None
-    images, rejected = inventory_images(
-        zip_path, set(names.referenced), settings.zip_limits, optional=set(names.optional),
-        progress=progress_logger(context, f"mmrb2 images [{part}]: read"),
-        scope="unreferenced" if part == UNREFERENCED else "referenced",
+    images, rejected, hashed = inventory_and_hash(
+        snapshot.image_zip if snapshot else None, set(names.referenced), settings.zip_limits,
+        optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
+        scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
     )
-    ok = images.filter(pc.equal(images["status"], "ok")).to_pylist()
-    hash_rejected: list = []
-    rows: list[dict] = []
-    if ok:
-        results = hash_zip(zip_path, [(r["image_name"], r["zip_entry"]) for r in ok], settings.zip_limits,
-                           workers=settings.workers or default_workers(), progress=progress_logger(context, f"mmrb2 [{part}]: hashed"))
-        rows, hash_rejected = hash_rows("mmrb2", results, {r["image_name"]: r["bytes"] for r in ok})
+    sizes = dict(zip(images["image_name"].to_pylist(), images["bytes"].to_pylist()))
+    rows, _ = hash_rows("mmrb2", hashed, sizes)  # every hashed image decoded: its errors are in `rejected`
     tables = {
         "mmrb2_images": images,
         "quarantine": quarantine_table(rejected),
         "image_hashes": pa.Table.from_pylist(rows, schema=HASHES_SCHEMA),
-        "hash_quarantine": quarantine_table(hash_rejected),
     }
     status = images.column("status").to_pylist()
-    metadata = {"rows_mmrb2_images": images.num_rows, "rows_quarantine": len(rejected) + len(hash_rejected),
+    metadata = {"rows_mmrb2_images": images.num_rows, "rows_quarantine": len(rejected),
                 "hashed": len(rows), **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")}}
     return {"tables": write_staged(out, tables)}, metadata
 
@@ -180,8 +175,7 @@ def mmrb2_images(
         staged = {key: read_staged(value["tables"]) for key, value in parts.items()}
         images = pa.concat_tables([s["mmrb2_images"] for s in staged.values()]).sort_by("image_name")
         tables = {"mmrb2_images": images, "quarantine": pa.concat_tables([s["quarantine"] for s in staged.values()])}
-        internal = {"image_hashes": pa.concat_tables([s["image_hashes"] for s in staged.values()]),
-                    "hash_quarantine": pa.concat_tables([s["hash_quarantine"] for s in staged.values()])}
+        internal = {"image_hashes": pa.concat_tables([s["image_hashes"] for s in staged.values()])}
         status = images.column("status").to_pylist()
         metadata = {
             **plain_counts(tables),

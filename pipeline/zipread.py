@@ -14,7 +14,6 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterator
 
 from pipeline.settings import ZipLimits
 
@@ -119,18 +118,6 @@ def read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limits: ZipLimits, ch
                 raise EntryTooLarge(f"entry inflates past {cap} bytes")
             parts.append(block)
     return b"".join(parts)
-
-
-def iter_entries(
-    path: Path, infos: list[zipfile.ZipInfo], limits: ZipLimits
-) -> Iterator[tuple[zipfile.ZipInfo, bytes | None, str | None]]:
-    """Yield (info, data, error) in archive order, so the file is read front to back."""
-    with zipfile.ZipFile(path) as zf:
-        for info in sorted(infos, key=lambda i: i.header_offset):
-            try:
-                yield info, read_entry(zf, info, limits), None
-            except READ_ERRORS as exc:
-                yield info, None, f"unreadable entry: {exc}"
 
 
 def is_within(root: Path, name: str) -> bool:

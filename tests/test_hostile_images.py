@@ -18,7 +18,7 @@ from PIL import Image, features
 
 from pipeline.dedupe.hashing import hash_bytes, hash_files, hash_zip
 from pipeline.imaging import NOT_AN_IMAGE, inspect_image
-from pipeline.mmrb2.images import inventory_images
+from pipeline.mmrb2.images import inventory_and_hash, inventory_images
 from pipeline.resources import RewardhouseResource, default_resource
 from pipeline.settings import DEFAULT_MAX_IMAGE_PIXELS, Settings, ZipLimits
 from pipeline.visualprm.images import ImageStore, inventory_prm_images
@@ -240,3 +240,28 @@ def test_max_image_pixels_is_a_setting_resource_field_env_var_and_in_the_release
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="max_image_pixels must be a positive integer"):
             ZipLimits(max_image_pixels=bad)
+
+
+def test_the_one_decode_that_hashes_catches_every_truncation_a_full_decode_catches(tmp_path):
+    # The MMRB2 inventory validates with the reduced-scale decode that hashes (one pass); a cut
+    # JPEG, baseline or progressive, anywhere in its data, must fail it exactly as it fails a full decode.
+    rng = np.random.default_rng(3)
+    photo = Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8))
+    names = {}
+    for progressive in (False, True):
+        data = encode(photo, "JPEG", quality=90, progressive=progressive)
+        for frac in (0.2, 0.5, 0.8, 0.95, 0.995):
+            names[f"cut_{int(progressive)}_{frac}.jpg"] = data[: int(len(data) * frac)]
+        names[f"whole_{int(progressive)}.jpg"] = data
+    zip_path = tmp_path / "image.zip"
+    with zipfile.ZipFile(zip_path, "w") as zf:
+        for name, data in names.items():
+            zf.writestr(f"images/{name}", data)
+    table, rejected, hashed = inventory_and_hash(zip_path, set(names), ZipLimits(), workers=2)
+    status = dict(zip(table["image_name"].to_pylist(), table["status"].to_pylist()))
+    for name, data in names.items():
+        full_decode_problem = inspect_image(data, DEFAULT_MAX_IMAGE_PIXELS)[3]
+        assert (status[name] == "ok") == (full_decode_problem is None), name
+    assert sorted(r.key for r in hashed) == ["whole_0.jpg", "whole_1.jpg"]
+    assert {r.record_key for r in rejected} == {n for n in names if n.startswith("cut_")}
+    assert all(r.stage == "decode" and "truncated" in r.reason for r in rejected)

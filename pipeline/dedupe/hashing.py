@@ -95,6 +95,7 @@ class HashedImage:
     width: int | None
     height: int | None
     error: str | None
+    format: str | None = None  # Pillow's name for the file format ("JPEG", "PNG", ...)
 
 
 def to_signed64(u: int) -> int:
@@ -138,12 +139,12 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
     sha = hashlib.sha256(data).hexdigest()
     try:
         with open_image(data, max_pixels) as im:
-            width, height = im.size  # the original size, before draft shrinks it
+            width, height, fmt = *im.size, im.format  # the original size, before draft shrinks it
             # JPEG only (a no-op elsewhere): decode at 1/2..1/8 scale as grey, >= 32 px a side.
             im.draft("L", (PHASH_SIDE, PHASH_SIDE))
             gray = _grey(im)
             hashes = phash(gray), dhash(gray)
-        return HashedImage(key, sha, *hashes, width, height, None)
+        return HashedImage(key, sha, *hashes, width, height, None, fmt)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import time
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
 import pyarrow as pa
 
-from pipeline.imaging import inspect_image
+from pipeline.dedupe.hashing import HashedImage, hash_zip
 from pipeline.quarantine import Rejection
 from pipeline.settings import ZipLimits
-from pipeline.zipread import iter_entries, scan_zip
+from pipeline.zipread import scan_zip
 
 DATASET = "mmrb2"
 
@@ -48,6 +46,7 @@ def inventory_images(
     optional: set[str] = frozenset(),
     progress: Callable[[int, int, float], None] | None = None,
     scope: str = "all",
+    workers: int = 1,
 ) -> tuple[pa.Table, list[Rejection]]:
     """One row per archive entry and per `referenced` name (missing ones included); `optional`
     names get a row only when the archive has them.
@@ -55,6 +54,24 @@ def inventory_images(
     `scope` narrows that to a part of the work (see mmrb2/tasks.py): "referenced" keeps the
     entries that answer a referenced or optional name, and the missing names; "unreferenced"
     keeps the other entries and the faults of the archive itself. The two together are "all"."""
+    table, rejected, _ = inventory_and_hash(zip_path, referenced, limits, optional, progress, scope, workers)
+    return table, rejected
+
+
+def inventory_and_hash(
+    zip_path: Path | None,
+    referenced: set[str],
+    limits: ZipLimits,
+    optional: set[str] = frozenset(),
+    progress: Callable[[int, int, float], None] | None = None,
+    scope: str = "all",
+    workers: int = 1,
+) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
+    """`inventory_images` plus the hashes of the decodable images, in one pass over the zip.
+
+    Each entry is read and decoded once, in `workers` processes: the decode that hashes it is also
+    the check that it is a whole image (a truncated JPEG fails the reduced-scale decode exactly as
+    it fails a full one), and it gives the size and format. Hashes come back keyed by image name."""
     if scope not in ("all", "referenced", "unreferenced"):
         raise ValueError(f"unknown scope {scope!r}")
     rejected: list[Rejection] = []
@@ -81,34 +98,25 @@ def inventory_images(
     infos = list(scan_entries.values())
     if scope != "all":
         infos = [i for i in infos if (_entry_key(i.filename) in wanted) == (scope == "referenced")]
-    if infos:
-        started = time.monotonic()
-        for done, (info, data, error) in enumerate(iter_entries(zip_path, infos, limits), start=1):
-            if progress and (done % 500 == 0 or done == len(infos)):
-                progress(done, len(infos), done / max(time.monotonic() - started, 1e-9))
-            stored = info.filename
-            key = _entry_key(stored)
-            name = wanted.get(key, key)
-            row = {
-                "image_name": name,
-                "sha256": None,
-                "bytes": info.file_size,
-                "width": None,
-                "height": None,
-                "format": None,
-                "status": "corrupt",
-                "referenced": key in wanted,
-                "zip_entry": stored,
-            }
-            if error is None:
-                row["sha256"] = hashlib.sha256(data).hexdigest()
-                row["bytes"] = len(data)
-                row["width"], row["height"], row["format"], error = inspect_image(data, limits.max_image_pixels)
-            if error is None:
-                row["status"] = "ok"
-            else:
-                rejected.append(Rejection(DATASET, "decode", name, error))
-            rows[name] = row
+    names = {info.filename: wanted.get(_entry_key(info.filename), _entry_key(info.filename)) for info in infos}
+    results = hash_zip(zip_path, [(names[i.filename], i.filename) for i in infos], limits,
+                       workers=workers, progress=progress) if infos else []
+    by_name = {info.filename: info for info in infos}
+    entries = {names[stored]: by_name[stored] for stored in names}
+    hashed = []
+    for r in results:
+        info = entries[r.key]
+        row = {
+            "image_name": r.key, "sha256": r.sha256, "bytes": info.file_size, "width": r.width, "height": r.height,
+            "format": r.format, "status": "ok" if r.error is None else "corrupt",
+            "referenced": _entry_key(info.filename) in wanted, "zip_entry": info.filename,
+        }
+        if r.error is None:
+            hashed.append(r)
+        else:
+            row["width"] = row["height"] = None
+            rejected.append(Rejection(DATASET, "decode", r.key, r.error))
+        rows[r.key] = row
     for name in sorted(referenced - rows.keys() if scope != "unreferenced" else ()):
         rows[name] = {
             "image_name": name, "sha256": None, "bytes": None, "width": None, "height": None,
@@ -116,4 +124,4 @@ def inventory_images(
         }
         rejected.append(Rejection(DATASET, "resolve", name, "referenced image not found in the archive"))
     table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["image_name"]), schema=IMAGES_SCHEMA)
-    return table, rejected
+    return table, rejected, hashed
