@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.sources.base import RawSnapshot
+from pipeline.staging import RESULT_FILE
 
 
 def staging_key(snapshot: Optional[RawSnapshot], extra: Optional[dict] = None) -> str:
@@ -56,7 +57,6 @@ def snapshot_of(raw: Optional[dict]) -> Optional[RawSnapshot]:
 # settings), so a folder that holds a finished result *is* that result: an unchanged nightly run
 # reuses it instead of recomputing. The key is also reported as the asset's data version.
 
-RESULT_FILE = "_result.json"
 
 
 def md(text: str) -> dict:
@@ -99,6 +99,7 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]
         saved = json.loads(record.read_text())
         if all(Path(f).exists() for f in _files_in(saved["value"])):
             log.info(f"inputs unchanged: reusing {folder}")
+            os.utime(record)  # last use, for `rewardhouse gc`
             return saved["value"], saved["metadata"], True
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)

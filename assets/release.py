@@ -12,7 +12,7 @@ from checks.rules import CheckOutcome
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
-from pipeline.staging import read_staged, write_staged
+from pipeline.staging import CANDIDATE_FILE, read_staged, write_staged
 from pipeline.visualprm.export import render_meta
 from warehouse.duck import publish_release
 from warehouse.store import ReleaseStore, release_id_for
@@ -20,7 +20,6 @@ from warehouse.store import ReleaseStore, release_id_for
 from assets.common import snapshot_of
 
 GROUP = "release"
-CANDIDATE_FILE = "candidate.json"
 CHECKS_DIR = "checks"
 
 QUALITY_SCHEMA = pa.schema(

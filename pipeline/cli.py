@@ -285,6 +285,24 @@ def cmd_dedupe(args) -> int:
     return 0
 
 
+def cmd_gc(args) -> int:
+    from pipeline.gc import collect_garbage
+    from warehouse.store import ReleaseStore
+
+    layout = Layout()
+    if args.older_than < 0:
+        return _fail("--older-than must be 0 or more days", 2)
+    with _one_run_at_a_time(layout):  # not while a `rewardhouse run` uses the staged folders
+        report = collect_garbage(layout, args.older_than, current_release=ReleaseStore(layout.releases).current(),
+                                 dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for folder, size in report.removed:
+        print(f"{verb} {folder.relative_to(layout.root)} ({size / 1e6:.1f} MB)")
+    print(f"{verb} {len(report.removed)} staged folder(s) unused for {args.older_than:g} days, "
+          f"{report.freed / 1e6:.1f} MB; kept {report.kept}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardhouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -319,6 +337,12 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--output", help="CSV file to write (default: standard output)")
     dd.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
     dd.set_defaults(func=cmd_dedupe)
+
+    gc = sub.add_parser("gc", help="remove staged work no run has used for a while (releases are never touched)")
+    gc.add_argument("--older-than", type=float, default=7.0, metavar="DAYS",
+                    help="remove staged folders last used more than DAYS days ago (default 7; 0: all but the current candidate)")
+    gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    gc.set_defaults(func=cmd_gc)
 
     sc = sub.add_parser("score", help="score judge outputs (official judgement format) against the benchmark")
     sc.add_argument("files", nargs="+")

@@ -9,6 +9,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# A staged folder that holds a finished result records it in this file; its mtime is the folder's
+# last use (written when built, touched when reused), which `rewardhouse gc` goes by.
+RESULT_FILE = "_result.json"
+# A release candidate's description, rewritten by every run that stages it.
+CANDIDATE_FILE = "candidate.json"
+
 
 def write_staged(directory: Path, tables: dict[str, pa.Table]) -> dict[str, str]:
     """Write each table atomically (tmp + rename) and return {table: path}."""

@@ -1,0 +1,87 @@
+"""Reclaim the data root's staging space: staged work folders and release candidates not used lately.
+
+Every changed input leaves a staged folder behind (they are keyed by input, so an unchanged rerun
+can reuse them), and every judged release id a candidate. Nothing published depends on them:
+releases hold copies of their files, so removing a folder only means a later run with those same
+inputs recomputes it. A folder's last use is the mtime of its `_result.json` (touched whenever a
+run reuses it) or `candidate.json`; a folder without either is work a crash left unfinished.
+The current release's candidate is always kept, so reruns keep reusing its verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.settings import Layout
+from pipeline.staging import CANDIDATE_FILE, RESULT_FILE
+
+DAY = 86_400.0
+
+
+@dataclass
+class GcReport:
+    removed: list[tuple[Path, int]] = field(default_factory=list)  # (folder, bytes)
+    kept: int = 0
+
+    @property
+    def freed(self) -> int:
+        return sum(size for _, size in self.removed)
+
+
+def _size(folder: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _last_use(folder: Path) -> float:
+    for marker in (folder / RESULT_FILE, folder / CANDIDATE_FILE):
+        if marker.is_file():
+            return marker.stat().st_mtime
+    return folder.stat().st_mtime
+
+
+def work_folders(staging: Path) -> list[Path]:
+    """Every unit gc may remove: a folder holding a result record or a candidate, and a folder of
+    files with neither (unfinished work); the folders that only group them are not units."""
+    units = []
+    for dirpath, dirnames, filenames in os.walk(staging):
+        here = Path(dirpath)
+        if here == staging:
+            continue
+        if RESULT_FILE in filenames or CANDIDATE_FILE in filenames or (filenames and here.parent != staging):
+            units.append(here)
+            dirnames.clear()  # its sub-folders (tables/, internal/, exports/) go with it
+    return sorted(units)
+
+
+def collect_garbage(layout: Layout, older_than_days: float, *, current_release: str | None = None,
+                    dry_run: bool = False, now: float | None = None) -> GcReport:
+    """Remove (or with `dry_run` only list) staged folders last used more than `older_than_days` ago."""
+    cutoff = (time.time() if now is None else now) - older_than_days * DAY
+    keep = layout.staging / "candidates" / current_release if current_release else None
+    report = GcReport()
+    if not layout.staging.is_dir():
+        return report
+    for folder in work_folders(layout.staging):
+        if folder == keep or _last_use(folder) >= cutoff:
+            report.kept += 1
+            continue
+        size = _size(folder)
+        if not dry_run:
+            # Renamed away first, so a crash mid-delete never leaves a half-deleted folder that
+            # still looks finished (its record gone with the rename).
+            doomed = folder.with_name(f".gc-{folder.name}")
+            os.replace(folder, doomed)
+            shutil.rmtree(doomed)
+        report.removed.append((folder, size))
+    return report
