@@ -298,7 +298,7 @@ def cmd_gc(args) -> int:
     verb = "would remove" if args.dry_run else "removed"
     for folder, size in report.removed:
         print(f"{verb} {folder.relative_to(layout.root)} ({size / 1e6:.1f} MB)")
-    print(f"{verb} {len(report.removed)} staged folder(s) unused for {args.older_than:g} days, "
+    print(f"{verb} {len(report.removed)} folder(s) of staged work and validation results unused for {args.older_than:g} days, "
           f"{report.freed / 1e6:.1f} MB; kept {report.kept}")
     return 0
 
@@ -338,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
     dd.set_defaults(func=cmd_dedupe)
 
-    gc = sub.add_parser("gc", help="remove staged work no run has used for a while (releases are never touched)")
+    gc = sub.add_parser("gc", help="remove staged work and GX validation results no run has used for a while "
+                                   "(releases are never touched)")
     gc.add_argument("--older-than", type=float, default=7.0, metavar="DAYS",
                     help="remove staged folders last used more than DAYS days ago (default 7; 0: all but the current candidate)")
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")

@@ -1,4 +1,5 @@
-"""Reclaim the data root's staging space: staged work folders and release candidates not used lately.
+"""Reclaim the data root's space: staged work folders, release candidates and GX validation
+results (with their Data Docs pages) not used lately.
 
 Every changed input leaves a staged folder behind (they are keyed by input, so an unchanged rerun
 can reuse them), and every judged release id a candidate. Nothing published depends on them:
@@ -6,6 +7,11 @@ releases hold copies of their files, so removing a folder only means a later run
 inputs recomputes it. A folder's last use is the mtime of its `_result.json` (touched whenever a
 run reuses it) or `candidate.json`; a folder without either is work a crash left unfinished.
 The current release's candidate is always kept, so reruns keep reusing its verdicts.
+
+GX keeps one folder per suite and run under `quality/gx/uncommitted/validations/<suite>/<run>/`,
+and its rendered page under `.../data_docs/local_site/validations/<suite>/<run>/`. Runs are named
+after the release id they judged; the current release's stay. The Data Docs index drops the
+removed runs the next time a run renders it.
 """
 
 from __future__ import annotations
@@ -64,16 +70,33 @@ def work_folders(staging: Path) -> list[Path]:
     return sorted(units)
 
 
+GX_STORES = ("uncommitted/validations", "uncommitted/data_docs/local_site/validations")
+
+
+def validation_runs(quality: Path) -> list[Path]:
+    """Every `<suite>/<run>` folder of GX's validation results and of their rendered pages."""
+    gx = quality / "gx"
+    return sorted(run for store in GX_STORES if (gx / store).is_dir()
+                  for suite in (gx / store).iterdir() if suite.is_dir()
+                  for run in suite.iterdir() if run.is_dir())
+
+
+def _newest(folder: Path) -> float:
+    return max((p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), default=folder.stat().st_mtime)
+
+
 def collect_garbage(layout: Layout, older_than_days: float, *, current_release: str | None = None,
                     dry_run: bool = False, now: float | None = None) -> GcReport:
-    """Remove (or with `dry_run` only list) staged folders last used more than `older_than_days` ago."""
+    """Remove (or with `dry_run` only list) staged folders last used, and validation runs made,
+    more than `older_than_days` ago."""
     cutoff = (time.time() if now is None else now) - older_than_days * DAY
     keep = layout.staging / "candidates" / current_release if current_release else None
     report = GcReport()
-    if not layout.staging.is_dir():
-        return report
-    for folder in work_folders(layout.staging):
-        if folder == keep or _last_use(folder) >= cutoff:
+    units = [(f, _last_use(f)) for f in work_folders(layout.staging)] if layout.staging.is_dir() else []
+    units += [(run, _newest(run)) for run in validation_runs(layout.root / "quality")
+              if not (current_release and run.name.startswith(current_release))]
+    for folder, last_use in units:
+        if folder == keep or last_use >= cutoff:
             report.kept += 1
             continue
         size = _size(folder)

@@ -8,7 +8,7 @@ import time
 
 from conftest import tree_digests
 from pipeline.cli import main
-from pipeline.gc import collect_garbage, work_folders
+from pipeline.gc import GX_STORES, collect_garbage, validation_runs, work_folders
 from pipeline.settings import Layout
 from warehouse.store import ReleaseStore
 
@@ -32,7 +32,17 @@ def test_gc_removes_only_stale_staged_work_and_a_rerun_rebuilds_it(home, capsys)
     unfinished.mkdir(parents=True)
     (unfinished / "image_hashes.parquet").write_bytes(b"partial")
 
-    for folder in [*units, unfinished]:
+    # GX results of the current release stay; an older release's results and pages go.
+    current_runs = validation_runs(layout.root / "quality")
+    assert current_runs and all(r.name.startswith(current) for r in current_runs)
+    older = []
+    for store in GX_STORES:
+        run = layout.root / "quality" / "gx" / store / "mmrb2_pairs" / "0123456789abcdef-00000000"
+        (run / "20250101T000000.000000Z").mkdir(parents=True)
+        (run / "20250101T000000.000000Z" / "rewardhouse-mmrb2_pairs.json").write_text("{}")
+        older.append(run)
+
+    for folder in [*units, unfinished, *older, *current_runs]:
         _age(folder, 10)
     fresh = units[0] if units[0] != candidate else units[1]
     (fresh / "_result.json").touch()  # used just now
@@ -46,8 +56,9 @@ def test_gc_removes_only_stale_staged_work_and_a_rerun_rebuilds_it(home, capsys)
     out = capsys.readouterr().out
     left = work_folders(layout.staging)
     assert sorted(left) == sorted([candidate, fresh])
-    assert f"removed {len(units) + 1 - 2} staged folder(s) unused for 7 days" in out
+    assert f"removed {len(units) + 1 - 2 + 2} folder(s) of staged work and validation results unused for 7 days" in out
     assert tree_digests(layout.releases) == releases_before  # releases are never touched
+    assert validation_runs(layout.root / "quality") == current_runs
 
     # The next run rebuilds what it needs and publishes nothing new: same inputs, same release.
     assert main(["run"]) == 0
