@@ -4,28 +4,14 @@ import time
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from pipeline.dedupe.decisions import HASHES_SCHEMA, find_duplicates
-from pipeline.dedupe.hashing import default_workers, hash_files
-from pipeline.quarantine import Rejection, quarantine_table
+from pipeline.dedupe.decisions import find_duplicates
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import read_staged, write_staged
 
-from assets.common import bars, plain_counts, preview, progress_logger, reuse_or_run, staging_key
+from assets.common import bars, plain_counts, preview, reuse_or_run, staging_key
 
 GROUP = "dedupe"
-
-
-def hash_rows(dataset: str, results, sizes: dict[str, int]) -> tuple[list[dict], list[Rejection]]:
-    rows, rejected = [], []
-    for r in results:
-        if r.error:
-            rejected.append(Rejection(dataset, "hash", r.key, r.error))
-            continue
-        rows.append({"dataset": dataset, "image_key": r.key, "sha256": r.sha256, "phash": r.phash, "dhash": r.dhash,
-                     "width": r.width, "height": r.height, "bytes": sizes.get(r.key)})
-    return rows, rejected
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="1")
@@ -35,26 +21,16 @@ def image_hashes(
     mmrb2_images: dict,
     visualprm_images: dict,
 ) -> dg.Output[dict]:
-    """sha256, 64-bit pHash and dHash, width and height of every decodable image of both datasets:
-    MMRB2's were hashed per task in `mmrb2_task_images` (straight from the zip), VisualPRM's are
-    hashed here from the content-addressed store, spread over `workers` processes."""
-    layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    workers = settings.workers or default_workers()
-    key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["tables"]})
-    out = layout.staging / "image_hashes" / key
+    """sha256, 64-bit pHash and dHash, width and height of every decodable image of both datasets,
+    gathered from the steps that read them: each image is decoded once, where it is checked
+    (`mmrb2_task_images` per task, straight from the zip; `visualprm_images`)."""
+    key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["internal"]})
+    out = rewardhouse.layout().staging / "image_hashes" / key
 
     def compute():
-        staged = read_staged({**mmrb2_images["internal"], "v": visualprm_images["tables"]["prm_images"]})
-        vp = staged["v"].filter(pc.equal(staged["v"]["status"], "ok")).to_pylist()
-        rows, rejected = [], []
-        if vp:
-            results = hash_files([(r["image_key"], layout.image_store / r["store_path"]) for r in vp],
-                                 workers=workers, progress=progress_logger(context, "visualprm: hashed"),
-                                 max_image_pixels=settings.max_image_pixels)
-            rows, rejected = hash_rows("visualprm", results, {r["image_key"]: r["bytes"] for r in vp})
-        hashes = pa.concat_tables([staged["image_hashes"], pa.Table.from_pylist(rows, schema=HASHES_SCHEMA)])
-        tables = {"image_hashes": hashes, "quarantine": quarantine_table(rejected)}
-        metadata = {**plain_counts(tables), "workers": workers,
+        staged = read_staged({"m": mmrb2_images["internal"]["image_hashes"], "v": visualprm_images["internal"]["image_hashes"]})
+        tables = {"image_hashes": pa.concat_tables([staged["m"], staged["v"]])}
+        metadata = {**plain_counts(tables), **{f"hashed_{d}": t.num_rows for d, t in (("mmrb2", staged["m"]), ("visualprm", staged["v"]))},
                     "preview": preview(tables["image_hashes"], columns=["dataset", "image_key", "phash", "width", "height"])}
         return {"tables": write_staged(out, tables)}, metadata
 

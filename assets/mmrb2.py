@@ -8,11 +8,10 @@ from typing import Optional
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from pipeline.mmrb2.images import inventory_and_hash
-from pipeline.dedupe.decisions import HASHES_SCHEMA
+from pipeline.dedupe.decisions import hashes_table
 from pipeline.dedupe.hashing import default_workers
+from pipeline.mmrb2.images import inventory_and_hash
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
@@ -20,7 +19,6 @@ from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_mmrb2
 from pipeline.staging import read_staged, write_staged
 
-from assets.dedupe import hash_rows
 from assets.common import (
     to_metadata, bars, fetch_output, plain_counts, preview, progress_logger, recorded, reuse_or_compute, reuse_or_run,
     snapshot_of, staging_key,
@@ -94,16 +92,11 @@ def _inventory_and_hash(context, rewardhouse: RewardhouseResource, snapshot, par
         optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
         scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
     )
-    sizes = dict(zip(images["image_name"].to_pylist(), images["bytes"].to_pylist()))
-    rows, _ = hash_rows("mmrb2", hashed, sizes)  # every hashed image decoded: its errors are in `rejected`
-    tables = {
-        "mmrb2_images": images,
-        "quarantine": quarantine_table(rejected),
-        "image_hashes": pa.Table.from_pylist(rows, schema=HASHES_SCHEMA),
-    }
+    hashes = hashes_table("mmrb2", hashed, dict(zip(images["image_name"].to_pylist(), images["bytes"].to_pylist())))
+    tables = {"mmrb2_images": images, "quarantine": quarantine_table(rejected), "image_hashes": hashes}
     status = images.column("status").to_pylist()
     metadata = {"rows_mmrb2_images": images.num_rows, "rows_quarantine": len(rejected),
-                "hashed": len(rows), **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")}}
+                "hashed": hashes.num_rows, **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")}}
     return {"tables": write_staged(out, tables)}, metadata
 
 

@@ -11,9 +11,9 @@ from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_visualprm
 from pipeline.sources.visualprm import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.staging import read_staged, write_staged
-from pipeline.dedupe.decisions import mark_samples
+from pipeline.dedupe.decisions import hashes_table, mark_samples
 from pipeline.visualprm.export import build_export
-from pipeline.visualprm.images import ImageStore, inventory_prm_images
+from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
 from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
 from pipeline.visualprm.stats import label_stats
@@ -79,7 +79,8 @@ def visualprm_images(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict], visualprm_samples: dict
 ) -> dg.Output[dict]:
     """Every referenced image: embedded bytes decoded, path references resolved against the local
-    image folder/zips; each image with bytes is kept once in the content-addressed image store."""
+    image folder/zips; each image with bytes is kept once in the content-addressed image store. The
+    one decode that checks an image also hashes it, for the dedupe step."""
     snapshot = snapshot_of(visualprm_raw)
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     out = layout.staging / "visualprm_images" / staging_key(snapshot, settings.fingerprint())
@@ -87,7 +88,7 @@ def visualprm_images(
     def compute():
         samples = read_staged(visualprm_samples["internal"])["prm_samples"]
         refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
-        table, rejected = inventory_prm_images(
+        table, rejected, hashed = inventory_prm_images(
             refs,
             prm_parquet_files(snapshot) if snapshot else [],
             prm_image_root(snapshot) if snapshot else None,
@@ -96,13 +97,16 @@ def visualprm_images(
             ImageStore(layout.image_store),
         )
         tables = {"prm_images": table, "quarantine": quarantine_table(rejected)}
+        hashes = hashes_table(DATASET, hashed, dict(zip(table["image_key"].to_pylist(), table["bytes"].to_pylist())))
+        internal = {"image_hashes": hashes}
         status = table.column("status").to_pylist()
         metadata = {
             **plain_counts(tables),
             **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "unresolved")},
+            "hashed": hashes.num_rows,
             "preview": preview(table, columns=["image_key", "origin", "width", "height", "status"]),
         }
-        return {"tables": write_staged(out, tables)}, metadata
+        return {"tables": write_staged(out, tables), "internal": write_staged(out / "internal", internal)}, metadata
 
     return reuse_or_run(context, out, compute)
 

@@ -175,7 +175,7 @@ def test_broken_visualprm_image_zips_are_unpack_rows_and_the_good_zip_still_reso
     store = ImageStore(tmp_path / "data" / "images")
     zips = [p for p, _ in broken.values()] + [ok_zip]
     refs = {"src/a.jpg", "src/b.jpg", "src/\0.jpg", "../good.zip"}  # a NUL byte, a path out of the image root
-    table, rejected = inventory_prm_images(refs, [shard], tmp_path / "root", zips, ZipLimits(), store)
+    table, rejected, _ = inventory_prm_images(refs, [shard], tmp_path / "root", zips, ZipLimits(), store)
     assert {r["image_key"]: r["status"] for r in table.to_pylist()} == \
         {"src/a.jpg": "ok", "src/b.jpg": "unresolved", "src/\0.jpg": "unresolved", "../good.zip": "unresolved"}
     assert sorted((r.stage, r.record_key, r.reason) for r in rejected) == sorted(("unpack", p.name, reason) for p, reason in broken.values())

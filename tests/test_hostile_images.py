@@ -123,7 +123,7 @@ def test_unusual_images_are_accepted_and_hashed_everywhere(tmp_path):
         {n: (*s, f) for n, (_, s, f) in images.items()}
 
     store = ImageStore(tmp_path / "store")
-    prm, rejected = inventory_prm_images(set(), [shard_of(tmp_path / "train-0.parquet", files)], None, [], ZipLimits(), store)
+    prm, rejected, _ = inventory_prm_images(set(), [shard_of(tmp_path / "train-0.parquet", files)], None, [], ZipLimits(), store)
     assert rejected == [] and set(prm.column("status").to_pylist()) == {"ok"}
     assert {r["image_key"]: Path(r["store_path"]).suffix for r in prm.to_pylist()}["src/grey16.tif"] == ".tif"
 
@@ -168,7 +168,7 @@ def test_broken_images_are_quarantined_with_reproducible_reasons(tmp_path):
     assert all(reasons[n].startswith(bad[n][1]) for n in bad)
 
     store = ImageStore(tmp_path / "store")
-    prm, rejected = inventory_prm_images(set(), [shard_of(tmp_path / "train-0.parquet", files)], None, [], ZipLimits(), store)
+    prm, rejected, _ = inventory_prm_images(set(), [shard_of(tmp_path / "train-0.parquet", files)], None, [], ZipLimits(), store)
     rows = {r["image_key"]: r for r in prm.to_pylist()}
     assert {k for k, r in rows.items() if r["status"] == "corrupt"} == {f"src/{n}" for n in bad}
     assert {(r.stage, r.record_key) for r in rejected} == {("decode", f"src/{n}") for n in bad}
@@ -192,7 +192,7 @@ def test_image_above_the_configured_limit_is_quarantined_naming_the_limit(tmp_pa
     assert [(r.stage, r.record_key, r.reason) for r in rejected] == [("decode", "big.png", reason)]
 
     store = ImageStore(tmp_path / "store")
-    prm, rejected = inventory_prm_images(set(), [shard_of(tmp_path / "t.parquet", {"big.png": data})], None, [], limits, store)
+    prm, rejected, _ = inventory_prm_images(set(), [shard_of(tmp_path / "t.parquet", {"big.png": data})], None, [], limits, store)
     assert prm.to_pylist()[0]["status"] == "corrupt" and [(r.stage, r.reason) for r in rejected] == [("decode", reason)]
 
     # Worker processes apply the same limit: from the zip (via ZipLimits) and from files.

@@ -224,7 +224,7 @@ def test_parquet_schema_drift_is_quarantined_per_shard_and_the_rest_parse(tmp_pa
     assert [s["label"] for s in out["prm_steps"].to_pylist() if s["sample_id"] == "c"] == ["+", "-"]
 
     # The image inventory reads the same shards without tripping over the drifted ones.
-    table, rejected = inventory_prm_images({"src/a.jpg", "src/b.jpg"}, shards, None, [], ZipLimits(), ImageStore(tmp_path / "store"))
+    table, rejected, _ = inventory_prm_images({"src/a.jpg", "src/b.jpg"}, shards, None, [], ZipLimits(), ImageStore(tmp_path / "store"))
     assert {r["image_key"]: r["status"] for r in table.to_pylist()} == {"src/a.jpg": "ok", "src/b.jpg": "unresolved"}
     assert rejected == []
 

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from conftest import stand_in_jpeg
+from pipeline.dedupe.hashing import hash_files
 from pipeline.settings import ZipLimits
 from pipeline.visualprm.images import ImageStore, inventory_prm_images
 
@@ -33,7 +34,7 @@ def test_embedded_folder_zip_unresolved_and_corrupt(tmp_path):
     (tmp_path / "secret.jpg").write_bytes(a)
     refs = {"src/a.jpg", "src/b.jpg", "src/bad.jpg", "src/z.jpg", "src/none.jpg", "../secret.jpg", "/etc/passwd"}
     store = ImageStore(tmp_path / "store")
-    table, rejected = inventory_prm_images(refs, [s], root, [root / "more.zip"], ZipLimits(), store)
+    table, rejected, hashed = inventory_prm_images(refs, [s], root, [root / "more.zip"], ZipLimits(), store)
     rows = {r["image_key"]: r for r in table.to_pylist()}
     assert (rows["src/a.jpg"]["origin"], rows["src/a.jpg"]["status"]) == ("embedded", "ok")
     assert (rows["src/b.jpg"]["origin"], rows["src/b.jpg"]["status"]) == ("path", "ok")
@@ -45,3 +46,9 @@ def test_embedded_folder_zip_unresolved_and_corrupt(tmp_path):
     # content-addressed: the shared image is stored once
     stored = sorted(p.name for p in (tmp_path / "store").rglob("*.jpg"))
     assert len(stored) == 3 and rows["src/a.jpg"]["store_path"].endswith(rows["src/a.jpg"]["sha256"] + ".jpg")
+    # The decode that checked each image also hashed it: the same hashes as hashing the stored file.
+    ok = sorted(k for k, r in rows.items() if r["status"] == "ok")
+    assert [h.key for h in hashed] == ok
+    again = {h.key: h for h in hash_files([(k, tmp_path / "store" / rows[k]["store_path"]) for k in ok], workers=1)}
+    assert all((h.sha256, h.phash, h.dhash, h.width, h.height) == (again[h.key].sha256, again[h.key].phash, again[h.key].dhash,
+                                                                  again[h.key].width, again[h.key].height) for h in hashed)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.dedupe.clusters import canonical_table, connected_components
+from pipeline.dedupe.hashing import HashedImage
 from pipeline.dedupe.search import near_pairs
 
 EVAL_DATASET, TRAIN_DATASET = "mmrb2", "visualprm"
@@ -31,6 +32,17 @@ HASHES_SCHEMA = pa.schema(
         ("bytes", pa.int64()),
     ]
 )
+
+
+def hashes_table(dataset: str, hashed: list[HashedImage], sizes: dict[str, int]) -> pa.Table:
+    """`image_hashes` rows for the images of one dataset that decoded (`sizes`: bytes by key)."""
+    return pa.Table.from_pylist(
+        [{"dataset": dataset, "image_key": h.key, "sha256": h.sha256, "phash": h.phash, "dhash": h.dhash,
+          "width": h.width, "height": h.height, "bytes": sizes.get(h.key)} for h in hashed if h.error is None],
+        schema=HASHES_SCHEMA,
+    )
+
+
 CLUSTERS_SCHEMA = pa.schema(
     [
         ("cluster_id", pa.string()),

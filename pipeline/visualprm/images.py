@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.imaging import extension, inspect_image
+from pipeline.dedupe.hashing import HashedImage, hash_bytes
+from pipeline.imaging import extension
 from pipeline.quarantine import Rejection
 from pipeline.settings import ZipLimits
 from pipeline.visualprm.readers import parquet_problem
@@ -133,21 +134,26 @@ class PathResolver:
             zf.close()
 
 
-def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore, max_pixels: int) -> dict:
+def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore,
+         max_pixels: int) -> tuple[dict, HashedImage | None]:
+    """The inventory row of one reference, and its hashes when it decodes: the one reduced-scale
+    decode that hashes an image is also its check (see `pipeline.mmrb2.images.inventory_and_hash`)."""
     row = {"image_key": key, "origin": origin, "sha256": None, "bytes": None, "width": None,
            "height": None, "format": None, "status": "unresolved", "store_path": None, "problem": None}
     if data is None and problem is None:
-        return row
+        return row, None
+    hashed = None
     if data is not None:
-        row["sha256"] = hashlib.sha256(data).hexdigest()
-        row["bytes"] = len(data)
-        row["width"], row["height"], row["format"], problem = inspect_image(data, max_pixels)
+        hashed = hash_bytes(key, data, max_pixels)
+        row.update(sha256=hashed.sha256, bytes=len(data), width=hashed.width, height=hashed.height,
+                   format=hashed.format)
+        problem = hashed.error
     if problem is None:
         row["status"] = "ok"
         row["store_path"] = store.put(row["sha256"], row["format"], data)
-    else:
-        row["status"], row["problem"] = "corrupt", problem
-    return row
+        return row, hashed
+    row.update(status="corrupt", problem=problem, width=None, height=None)
+    return row, None
 
 
 def inventory_prm_images(
@@ -157,23 +163,30 @@ def inventory_prm_images(
     image_zips: list[Path],
     limits: ZipLimits,
     store: ImageStore,
-) -> tuple[pa.Table, list[Rejection]]:
+) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
+    """Every embedded image and every path reference: resolved, decoded once (checksum, size,
+    format, ok|corrupt|unresolved, and pHash/dHash for the decodable ones), kept in the store."""
     rows: dict[str, dict] = {}
+    hashes: dict[str, HashedImage] = {}
     rejected: list[Rejection] = []
+
+    def add(key: str, origin: str, data: bytes | None, problem: str | None) -> None:
+        rows[key], hashed = _row(key, origin, data, problem, store, limits.max_image_pixels)
+        if hashed is not None:
+            hashes[key] = hashed
+
     for key, data in _embedded(parquet_files):
-        if key in rows:
-            continue
-        rows[key] = _row(key, "embedded", data, None, store, limits.max_image_pixels)
+        if key not in rows:
+            add(key, "embedded", data, None)
     resolver = PathResolver(image_root, image_zips, limits)
     rejected.extend(resolver.rejected)
     try:
         for ref in sorted(refs - rows.keys()):
-            data, problem = resolver.read(ref)
-            rows[ref] = _row(ref, "path", data, problem, store, limits.max_image_pixels)
+            add(ref, "path", *resolver.read(ref))
     finally:
         resolver.close()
     for row in rows.values():
         if row["status"] == "corrupt":
             rejected.append(Rejection(DATASET, "decode", row["image_key"], row["problem"]))
     table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["image_key"]), schema=PRM_IMAGES_SCHEMA)
-    return table, rejected
+    return table, rejected, [hashes[k] for k in sorted(hashes)]
