@@ -18,7 +18,7 @@ from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
 from pipeline.visualprm.stats import label_stats
 
-from assets.common import bars, fetch_output, plain_counts, preview, reuse_or_run, snapshot_of, staging_key
+from assets.common import bars, fetch_output, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
 
 RAW, STAGED, IMAGES, DEDUPE = "raw", "staged", "images", "dedupe"
 
@@ -95,6 +95,7 @@ def visualprm_images(
             prm_image_zips(snapshot) if snapshot else [],
             settings.zip_limits,
             ImageStore(layout.image_store),
+            progress=progress_logger(context, "visualprm images: read and hashed"),
         )
         tables = {"prm_images": table, "quarantine": quarantine_table(rejected)}
         hashes = hashes_table(DATASET, hashed, dict(zip(table["image_key"].to_pylist(), table["bytes"].to_pylist())))

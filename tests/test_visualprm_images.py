@@ -34,7 +34,10 @@ def test_embedded_folder_zip_unresolved_and_corrupt(tmp_path):
     (tmp_path / "secret.jpg").write_bytes(a)
     refs = {"src/a.jpg", "src/b.jpg", "src/bad.jpg", "src/z.jpg", "src/none.jpg", "../secret.jpg", "/etc/passwd"}
     store = ImageStore(tmp_path / "store")
-    table, rejected, hashed = inventory_prm_images(refs, [s], root, [root / "more.zip"], ZipLimits(), store)
+    calls = []
+    table, rejected, hashed = inventory_prm_images(refs, [s], root, [root / "more.zip"], ZipLimits(), store,
+                                                   progress=lambda *a: calls.append(a))
+    assert calls[-1][:2] == (table.num_rows, table.num_rows) and calls[-1][2] > 0  # the run log's done/total/rate
     rows = {r["image_key"]: r for r in table.to_pylist()}
     assert (rows["src/a.jpg"]["origin"], rows["src/a.jpg"]["status"]) == ("embedded", "ok")
     assert (rows["src/b.jpg"]["origin"], rows["src/b.jpg"]["status"]) == ("path", "ok")

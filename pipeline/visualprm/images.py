@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import uuid
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -163,17 +165,25 @@ def inventory_prm_images(
     image_zips: list[Path],
     limits: ZipLimits,
     store: ImageStore,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
     """Every embedded image and every path reference: resolved, decoded once (checksum, size,
-    format, ok|corrupt|unresolved, and pHash/dHash for the decodable ones), kept in the store."""
+    format, ok|corrupt|unresolved, and pHash/dHash for the decodable ones), kept in the store.
+    `progress(done, total, images per second)` every 500 images (the total counts the references
+    and the embedded images seen so far)."""
     rows: dict[str, dict] = {}
     hashes: dict[str, HashedImage] = {}
     rejected: list[Rejection] = []
+    started, unreferenced = time.monotonic(), 0
 
     def add(key: str, origin: str, data: bytes | None, problem: str | None) -> None:
+        nonlocal unreferenced
         rows[key], hashed = _row(key, origin, data, problem, store, limits.max_image_pixels)
         if hashed is not None:
             hashes[key] = hashed
+        unreferenced += key not in refs
+        if progress and len(rows) % 500 == 0:
+            progress(len(rows), len(refs) + unreferenced, len(rows) / max(time.monotonic() - started, 1e-9))
 
     for key, data in _embedded(parquet_files):
         if key not in rows:
@@ -185,6 +195,8 @@ def inventory_prm_images(
             add(ref, "path", *resolver.read(ref))
     finally:
         resolver.close()
+    if progress and rows:
+        progress(len(rows), len(rows), len(rows) / max(time.monotonic() - started, 1e-9))
     for row in rows.values():
         if row["status"] == "corrupt":
             rejected.append(Rejection(DATASET, "decode", row["image_key"], row["problem"]))
