@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from pipeline.dedupe.decisions import hashes_table
 from pipeline.dedupe.hashing import default_workers
-from pipeline.mmrb2.images import inventory_and_hash
+from pipeline.mmrb2.images import inventory_images
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
@@ -81,13 +81,13 @@ def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: 
     return rewardhouse.layout().staging / "mmrb2_task_images" / part / key
 
 
-def _inventory_and_hash(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path):
+def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path):
     """One part of the zip: each image read straight from it and decoded once, in parallel, for
     its checksum, dimensions, decode status and hashes. A task's part is the names it owns; the
     `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
     what to leave out)."""
     settings = rewardhouse.settings()
-    images, rejected, hashed = inventory_and_hash(
+    images, rejected, hashed = inventory_images(
         snapshot.image_zip if snapshot else None, set(names.referenced), settings.zip_limits,
         optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
         scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
@@ -128,7 +128,7 @@ def mmrb2_task_images(
     per_task = {}
     for key in keys:
         _, plain, reused = reuse_or_compute(
-            context.log, folders[key], lambda key=key: _inventory_and_hash(context, rewardhouse, snapshot, key, names[key], folders[key]))
+            context.log, folders[key], lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], folders[key]))
         per_task[key] = {**plain, "reused": reused}
     totals = {m: sum(t[m] for t in per_task.values()) for m in ("rows_mmrb2_images", "hashed", "images_ok", "images_corrupt", "images_missing")}
     metadata = {**totals, "partitions": dg.MetadataValue.json(per_task), "reused": all(t["reused"] for t in per_task.values()),
@@ -161,7 +161,7 @@ def mmrb2_images(
     folders[UNREFERENCED] = _image_folder(rewardhouse, snapshot, UNREFERENCED, rest)
     parts[UNREFERENCED], _, _ = reuse_or_compute(
         context.log, folders[UNREFERENCED],
-        lambda: _inventory_and_hash(context, rewardhouse, snapshot, UNREFERENCED, rest, folders[UNREFERENCED]))
+        lambda: _image_part(context, rewardhouse, snapshot, UNREFERENCED, rest, folders[UNREFERENCED]))
     out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(None, {"parts": {k: f.name for k, f in folders.items()}})
 
     def compute():

@@ -66,7 +66,7 @@ HOSTILE_ENTRIES = [
 def test_hostile_entry_is_quarantined_and_never_extracted(tmp_path, name, kw, reason):
     z = write_zip(tmp_path / "image.zip", [("images/ok.jpg", JPEG, {}), (name, b"/etc/passwd" if kw else JPEG, kw)])
     before = tree_digests(tmp_path)
-    table, rejected = inventory_images(z, {"ok.jpg"}, ZipLimits())
+    table, rejected, _ = inventory_images(z, {"ok.jpg"}, ZipLimits())
     assert [(r.stage, r.record_key, r.reason) for r in rejected] == [("unpack", name, reason)]
     assert table.to_pylist()[0]["status"] == "ok" and table.num_rows == 1
     assert tree_digests(tmp_path) == before  # nothing extracted, here or above
@@ -86,7 +86,7 @@ def test_nul_and_non_utf8_entry_names_are_refused_and_a_lying_utf8_flag_refuses_
 
     flagged = write_zip(tmp_path / "flagged.zip", [("images/ok.jpg", JPEG, {}), ("images/é.jpg", JPEG, {})])
     patch_name(flagged, "images/é.jpg".encode(), b"images/\xff\xfe.jpg")  # flagged UTF-8, but is not
-    table, rejected = inventory_images(flagged, {"ok.jpg"}, ZipLimits())
+    table, rejected, _ = inventory_images(flagged, {"ok.jpg"}, ZipLimits())
     assert table.to_pylist()[0]["status"] == "missing"
     assert rejected[0].stage == "unpack" and rejected[0].record_key == "flagged.zip"
     assert rejected[0].reason.startswith("unreadable archive: 'utf-8' codec can't decode")
@@ -94,7 +94,7 @@ def test_nul_and_non_utf8_entry_names_are_refused_and_a_lying_utf8_flag_refuses_
 
 def test_utf8_entry_names_are_read(tmp_path):
     z = write_zip(tmp_path / "u.zip", [("images/café 1.jpg", JPEG, {})])
-    table, rejected = inventory_images(z, {"café 1.jpg"}, ZipLimits())
+    table, rejected, _ = inventory_images(z, {"café 1.jpg"}, ZipLimits())
     assert rejected == [] and table.to_pylist()[0]["status"] == "ok"
 
 
@@ -103,7 +103,7 @@ def test_duplicate_entries_are_ambiguous_so_every_copy_is_refused(tmp_path, name
     # zipfile looks a name up to its *last* entry while a scan would keep the first: a hostile
     # second copy could swap the image between inventory and hashing. Neither is trusted.
     z = write_zip(tmp_path / "d.zip", [(names[0], stand_in_jpeg(1), {}), (names[1], stand_in_jpeg(2), {}), ("images/b.jpg", JPEG, {})])
-    table, rejected = inventory_images(z, {"a.jpg", "b.jpg"}, ZipLimits())
+    table, rejected, _ = inventory_images(z, {"a.jpg", "b.jpg"}, ZipLimits())
     status = {r["image_name"]: r["status"] for r in table.to_pylist()}
     assert status == {"a.jpg": "missing", "b.jpg": "ok"}
     assert [(r.stage, r.record_key) for r in rejected] == [("unpack", names[0]), ("unpack", names[1]), ("resolve", "a.jpg")]
@@ -121,13 +121,13 @@ def test_zip_bomb_entry_ratio_and_total_size_are_refused_before_inflating(tmp_pa
     mixed = write_zip(tmp_path / "mixed.zip", [("images/ok.png", buf.getvalue(), {}),
                                                ("images/bomb.jpg", bomb, {"compress": zipfile.ZIP_DEFLATED})])
     limits = ZipLimits(max_entry_ratio=100)
-    table, rejected = inventory_images(mixed, {"ok.png", "bomb.jpg"}, limits)
+    table, rejected, _ = inventory_images(mixed, {"ok.png", "bomb.jpg"}, limits)
     assert {r["image_name"]: r["status"] for r in table.to_pylist()} == {"ok.png": "ok", "bomb.jpg": "missing"}
     bomb_row = next(r for r in rejected if r.record_key == "images/bomb.jpg")
     assert bomb_row.stage == "unpack" and bomb_row.reason.startswith("compression ratio") and "exceeds 100:1" in bomb_row.reason
 
     only_bomb = write_zip(tmp_path / "bomb.zip", [(f"images/{i}.jpg", bomb, {"compress": zipfile.ZIP_DEFLATED}) for i in range(3)])
-    table, rejected = inventory_images(only_bomb, {"0.jpg"}, limits)
+    table, rejected, _ = inventory_images(only_bomb, {"0.jpg"}, limits)
     assert rejected[0].stage == "unpack" and rejected[0].record_key == "bomb.zip"
     assert "refusing a zip bomb" in rejected[0].reason and table.to_pylist()[0]["status"] == "missing"
 
@@ -158,7 +158,7 @@ def broken_archives(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 @pytest.mark.parametrize("kind", ["truncated", "not a zip", "zero bytes", "empty zip"])
 def test_broken_mmrb2_archive_is_one_unpack_row_and_every_reference_missing(tmp_path, kind):
     path, reason = broken_archives(tmp_path)[kind]
-    table, rejected = inventory_images(path, {"a.jpg", "b.jpg"}, ZipLimits())
+    table, rejected, _ = inventory_images(path, {"a.jpg", "b.jpg"}, ZipLimits())
     assert table.column("status").to_pylist() == ["missing", "missing"]
     assert [(r.stage, r.record_key, r.reason) for r in rejected] == [
         ("unpack", path.name, reason),
@@ -193,7 +193,7 @@ def test_damaged_entry_data_is_a_decode_row_not_a_crash(tmp_path):
             data[start:start + 32] = bytes(b ^ 0xFF for b in data[start:start + 32])
     z.write_bytes(bytes(data))
     names = {"deflated.jpg", "lzma.jpg", "stored.jpg"}
-    table, rejected = inventory_images(z, names, ZipLimits())
+    table, rejected, _ = inventory_images(z, names, ZipLimits())
     assert set(table.column("status").to_pylist()) == {"corrupt"}
     reasons = {r.record_key: r.reason for r in rejected}
     assert set(reasons) == names and all(r.stage == "decode" for r in rejected)
@@ -221,7 +221,7 @@ def test_mangled_archives_never_raise(tmp_path):
             for _ in range(rng.randint(1, 6)):
                 data[rng.randrange(len(data))] = rng.randrange(256)
         path.write_bytes(bytes(data))
-        table, rejected = inventory_images(path, {"a.jpg", "b.jpg", "c.jpg", "d.jpg"}, ZipLimits())
+        table, rejected, _ = inventory_images(path, {"a.jpg", "b.jpg", "c.jpg", "d.jpg"}, ZipLimits())
         assert table.num_rows >= 4 and all(r.reason for r in rejected)
         ok = [(r["image_name"], r["zip_entry"]) for r in table.to_pylist() if r["status"] == "ok"]
         if ok:  # an archive the scan could not open is never handed to hashing

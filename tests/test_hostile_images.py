@@ -18,7 +18,7 @@ from PIL import Image, features
 
 from pipeline.dedupe.hashing import hash_bytes, hash_files, hash_zip
 from pipeline.imaging import NOT_AN_IMAGE, inspect_image
-from pipeline.mmrb2.images import inventory_and_hash, inventory_images
+from pipeline.mmrb2.images import inventory_images
 from pipeline.resources import RewardhouseResource, default_resource
 from pipeline.settings import DEFAULT_MAX_IMAGE_PIXELS, Settings, ZipLimits
 from pipeline.visualprm.images import ImageStore, inventory_prm_images
@@ -117,7 +117,7 @@ def test_unusual_images_are_accepted_and_hashed_everywhere(tmp_path):
         assert hashed.error is None and (hashed.width, hashed.height) == size and isinstance(hashed.phash, int), name
 
     files = {name: data for name, (data, _, _) in images.items()}
-    table, rejected = inventory_images(zip_of(tmp_path / "image.zip", files), set(files), ZipLimits())
+    table, rejected, _ = inventory_images(zip_of(tmp_path / "image.zip", files), set(files), ZipLimits())
     assert rejected == [] and set(table.column("status").to_pylist()) == {"ok"}
     assert {r["image_name"]: (r["width"], r["height"], r["format"]) for r in table.to_pylist()} == \
         {n: (*s, f) for n, (_, s, f) in images.items()}
@@ -160,7 +160,7 @@ def test_broken_images_are_quarantined_with_reproducible_reasons(tmp_path):
     assert len(bad["bomb.png"][0]) < 100 and len(bad["huge_bomb.png"][0]) < 100
 
     files = {name: data for name, (data, _) in bad.items()} | {"good.jpg": encode(picture(), "JPEG")}
-    table, rejected = inventory_images(zip_of(tmp_path / "image.zip", files), set(files), ZipLimits())
+    table, rejected, _ = inventory_images(zip_of(tmp_path / "image.zip", files), set(files), ZipLimits())
     status = {r["image_name"]: r["status"] for r in table.to_pylist()}
     assert status == {**{n: "corrupt" for n in bad}, "good.jpg": "ok"}
     reasons = {r.record_key: r.reason for r in rejected}
@@ -187,7 +187,7 @@ def test_image_above_the_configured_limit_is_quarantined_naming_the_limit(tmp_pa
     assert inspect_image(data, 1200)[3] is None  # the limit itself is allowed
 
     z = zip_of(tmp_path / "image.zip", {"big.png": data, "small.jpg": encode(picture(20, 20), "JPEG")})
-    table, rejected = inventory_images(z, {"big.png", "small.jpg"}, limits)
+    table, rejected, _ = inventory_images(z, {"big.png", "small.jpg"}, limits)
     assert {r["image_name"]: r["status"] for r in table.to_pylist()} == {"big.png": "corrupt", "small.jpg": "ok"}
     assert [(r.stage, r.record_key, r.reason) for r in rejected] == [("decode", "big.png", reason)]
 
@@ -208,7 +208,7 @@ def test_default_limit_is_pillows_and_the_guard_is_never_off(tmp_path, monkeypat
     assert Image.MAX_IMAGE_PIXELS == PILLOW_DEFAULT
     bomb = png_header_only(10_000, 10_000)
     z = zip_of(tmp_path / "image.zip", {"bomb.png": bomb})
-    table, rejected = inventory_images(z, {"bomb.png"}, ZipLimits())
+    table, rejected, _ = inventory_images(z, {"bomb.png"}, ZipLimits())
     hash_zip(z, [("bomb.png", "images/bomb.png")], ZipLimits(), workers=1)
     assert rejected[0].reason.endswith(f"above the max_image_pixels limit of {PILLOW_DEFAULT}")
     assert Image.MAX_IMAGE_PIXELS == PILLOW_DEFAULT  # the pipeline never turns Pillow's guard off (or changes it)
@@ -257,7 +257,7 @@ def test_the_one_decode_that_hashes_catches_every_truncation_a_full_decode_catch
     with zipfile.ZipFile(zip_path, "w") as zf:
         for name, data in names.items():
             zf.writestr(f"images/{name}", data)
-    table, rejected, hashed = inventory_and_hash(zip_path, set(names), ZipLimits(), workers=2)
+    table, rejected, hashed = inventory_images(zip_path, set(names), ZipLimits(), workers=2)
     status = dict(zip(table["image_name"].to_pylist(), table["status"].to_pylist()))
     for name, data in names.items():
         full_decode_problem = inspect_image(data, DEFAULT_MAX_IMAGE_PIXELS)[3]

@@ -59,18 +59,18 @@ def test_partition_inventories_add_up_to_the_whole_zip(tmp_path):
         zf.writestr("../escape.jpg", b"x")
     parsed = _parsed(tmp_path)
     referenced, optional = parsed.response_images(), parsed.prompt_images()
-    whole, whole_rejected = inventory_images(tmp_path / ZIP, referenced, ZipLimits(), optional=optional)
+    whole, whole_rejected, _ = inventory_images(tmp_path / ZIP, referenced, ZipLimits(), optional=optional)
 
     by_task = _by_task(parsed)
     parts, rejected = [], []
     for names in by_task.values():
-        table, rej = inventory_images(tmp_path / ZIP, set(names.referenced), ZipLimits(), optional=set(names.optional),
+        table, rej, _ = inventory_images(tmp_path / ZIP, set(names.referenced), ZipLimits(), optional=set(names.optional),
                                       scope="referenced")
         assert "stray.jpg" not in table["image_name"].to_pylist()
         parts.append(table)
         rejected += rej
     rest = owned_by_any(by_task)
-    table, rej = inventory_images(tmp_path / ZIP, set(rest.referenced), ZipLimits(), optional=set(rest.optional),
+    table, rej, _ = inventory_images(tmp_path / ZIP, set(rest.referenced), ZipLimits(), optional=set(rest.optional),
                                   scope="unreferenced")
     assert table["image_name"].to_pylist() == ["stray.jpg"]
     assert {(r.stage, r.record_key) for r in rej} == {("unpack", "../escape.jpg"), ("decode", "stray.jpg")}

@@ -89,7 +89,7 @@ def test_inventory_marks_ok_corrupt_missing_and_quarantines_each(tmp_path):
     ])
     refs = {"p 1_0.jpg", "p 1_1.jpg", "p 1_2.jpg"}
     prompts = {"synthetic_images/flat_dir_name.jpg", "dreambench_source:x/0_0.jpg"}  # the second is not shipped
-    table, rejected = inventory_images(z, refs, ZipLimits(), optional=prompts)
+    table, rejected, _ = inventory_images(z, refs, ZipLimits(), optional=prompts)
     rows = {r["image_name"]: r for r in table.to_pylist()}
     assert rows["p 1_0.jpg"]["status"] == "ok" and rows["p 1_0.jpg"]["width"] == 16 and rows["p 1_0.jpg"]["format"] == "JPEG"
     assert rows["p 1_0.jpg"]["bytes"] == len(jpeg) and len(rows["p 1_0.jpg"]["sha256"]) == 64
@@ -105,7 +105,7 @@ def test_inventory_marks_ok_corrupt_missing_and_quarantines_each(tmp_path):
 def test_unreadable_archive_makes_every_reference_missing(tmp_path):
     z = tmp_path / "f.zip"
     z.write_bytes(b"this is not a zip")
-    table, rejected = inventory_images(z, {"a.jpg", "b.jpg"}, ZipLimits())
+    table, rejected, _ = inventory_images(z, {"a.jpg", "b.jpg"}, ZipLimits())
     assert table.column("status").to_pylist() == ["missing", "missing"]
     assert rejected[0].stage == "unpack" and "unreadable archive" in rejected[0].reason
 
@@ -115,6 +115,6 @@ def test_decompression_bomb_image_is_corrupt_not_a_crash(tmp_path):
     buf = io.BytesIO()
     im.save(buf, "PNG")
     z = _zip(tmp_path / "g.zip", [("images/huge.png", buf.getvalue(), {"compress": zipfile.ZIP_DEFLATED})])
-    table, rejected = inventory_images(z, {"huge.png"}, ZipLimits(max_entry_ratio=1e9))
+    table, rejected, _ = inventory_images(z, {"huge.png"}, ZipLimits(max_entry_ratio=1e9))
     assert table.column("status").to_pylist() == ["corrupt"]
     assert "DecompressionBomb" in rejected[0].reason

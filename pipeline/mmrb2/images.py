@@ -47,27 +47,14 @@ def inventory_images(
     progress: Callable[[int, int, float], None] | None = None,
     scope: str = "all",
     workers: int = 1,
-) -> tuple[pa.Table, list[Rejection]]:
-    """One row per archive entry and per `referenced` name (missing ones included); `optional`
-    names get a row only when the archive has them.
+) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
+    """One row per archive entry and per `referenced` name (missing ones included; `optional`
+    names get a row only when the archive has them), the rejections, and the hashes of the
+    decodable images.
 
     `scope` narrows that to a part of the work (see mmrb2/tasks.py): "referenced" keeps the
     entries that answer a referenced or optional name, and the missing names; "unreferenced"
-    keeps the other entries and the faults of the archive itself. The two together are "all"."""
-    table, rejected, _ = inventory_and_hash(zip_path, referenced, limits, optional, progress, scope, workers)
-    return table, rejected
-
-
-def inventory_and_hash(
-    zip_path: Path | None,
-    referenced: set[str],
-    limits: ZipLimits,
-    optional: set[str] = frozenset(),
-    progress: Callable[[int, int, float], None] | None = None,
-    scope: str = "all",
-    workers: int = 1,
-) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
-    """`inventory_images` plus the hashes of the decodable images, in one pass over the zip.
+    keeps the other entries and the faults of the archive itself. The two together are "all".
 
     Each entry is read and decoded once, in `workers` processes: the decode that hashes it is also
     the check that it is a whole image (a truncated JPEG fails the reduced-scale decode exactly as

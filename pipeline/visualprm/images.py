@@ -139,7 +139,7 @@ class PathResolver:
 def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore,
          max_pixels: int) -> tuple[dict, HashedImage | None]:
     """The inventory row of one reference, and its hashes when it decodes: the one reduced-scale
-    decode that hashes an image is also its check (see `pipeline.mmrb2.images.inventory_and_hash`)."""
+    decode that hashes an image is also its check (see `pipeline.mmrb2.images.inventory_images`)."""
     row = {"image_key": key, "origin": origin, "sha256": None, "bytes": None, "width": None,
            "height": None, "format": None, "status": "unresolved", "store_path": None, "problem": None}
     if data is None and problem is None:

@@ -1,6 +1,6 @@
 """Benchmark: inventory of an MMRB2-like image zip, against peers measured in the same run.
 
-    ours      pipeline.mmrb2.images.inventory_and_hash, one process: stream each entry, sha256,
+    ours      pipeline.mmrb2.images.inventory_images, one process: stream each entry, sha256,
               one decode that validates it and gives pHash + dHash (what an MMRB2 task partition does)
     ours2     the same over 2 worker processes (the pipeline's default on 2 cores)
     two_pass  the design before it: stream + sha256 + full decode to validate, then read and
@@ -50,12 +50,12 @@ def make_zip(path: Path, n: int) -> None:
 
 
 def run_ours(zip_path: Path, workers: int = 1) -> int:
-    from pipeline.mmrb2.images import inventory_and_hash
+    from pipeline.mmrb2.images import inventory_images
     from pipeline.settings import ZipLimits
 
     with zipfile.ZipFile(zip_path) as zf:
         names = {n[len("images/"):] for n in zf.namelist()}
-    table, _, hashed = inventory_and_hash(zip_path, names, ZipLimits(), workers=workers)
+    table, _, hashed = inventory_images(zip_path, names, ZipLimits(), workers=workers)
     assert len(hashed) == table.num_rows
     return table.num_rows
 
