@@ -45,7 +45,9 @@ def decode_problem(exc: Exception) -> str:
 
 def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[int | None, int | None, str | None, str | None]:
     """(width, height, format, problem): decode fully, so a truncated file is caught; an image
-    above the pixel limit is refused before decoding (see `open_image`)."""
+    above the pixel limit is refused before decoding (see `open_image`). The inventories check
+    images with the decode that hashes them (`dedupe.hashing.hash_bytes`); this full decode is the
+    reference that check is tested against."""
     try:
         with open_image(data, max_pixels) as im:
             size, fmt = im.size, im.format

@@ -1,4 +1,4 @@
-"""Inventory the images an MMRB2 release references: checksum, size, dimensions, decode status."""
+"""Inventory the images an MMRB2 release references: checksum, size, dimensions, decode status and hashes."""
 
 from __future__ import annotations
 
