@@ -213,33 +213,14 @@ class ReleaseStore:
                 continue
         return sorted(out, key=lambda m: (m.created_at, m.release_id), reverse=True)
 
-    def publish(
-        self,
-        release_id: str,
-        tables: dict[str, pa.Table | Path],
-        *,
-        code_version: str,
-        sources: dict,
-        settings: dict,
-        files: dict[str, Path] | None = None,
-        bulk: dict[str, dict[str, Path]] | None = None,
-        rendered: dict[str, Callable[[Path], bytes]] | None = None,
-        summary: dict | None = None,
-        make_current: bool = True,
-    ) -> tuple[Manifest, bool]:
+    def publish(self, release_id: str, tables: dict[str, pa.Table | Path], *, make_current: bool = True,
+                **contents) -> tuple[Manifest, bool]:
         """Publish atomically; returns (manifest, published). An existing id is only made current.
-
-        `files` are copied in (relative path → staged file) and checksummed one by one; `bulk` are
-        content-addressed folders (folder → {relative path → file}), hard-linked where possible and
-        summarised by count; `rendered` files are produced from the release's final path (an
-        export's meta that must point at the published folder). With `make_current=False` the
-        release is put in place but CURRENT is left for the caller to swap (see
-        `warehouse.duck.publish_release`)."""
+        `contents` are `_write`'s keywords. With `make_current=False` the release is put in place
+        but CURRENT is left for the caller to swap (see `warehouse.duck.publish_release`)."""
         with self.writer_lock():
             try:
-                manifest, published = self._write(release_id, tables, code_version=code_version, sources=sources,
-                                                   settings=settings, files=files, bulk=bulk, rendered=rendered,
-                                                   summary=summary)
+                manifest, published = self._write(release_id, tables, **contents)
                 if make_current:
                     self.set_current(release_id)
             except PublishError:
@@ -260,11 +241,16 @@ class ReleaseStore:
         code_version: str,
         sources: dict,
         settings: dict,
-        files: dict[str, Path] | None,
-        bulk: dict[str, dict[str, Path]] | None,
-        rendered: dict[str, Callable[[Path], bytes]] | None,
-        summary: dict | None,
+        files: dict[str, Path] | None = None,
+        bulk: dict[str, dict[str, Path]] | None = None,
+        rendered: dict[str, Callable[[Path], bytes]] | None = None,
+        summary: dict | None = None,
     ) -> tuple[Manifest, bool]:
+        """Write the release folder beside the others and rename it into place. `files` are copied in
+        (relative path → staged file) and checksummed one by one; `bulk` are content-addressed folders
+        (folder → {relative path → file}), hard-linked where possible and summarised by count;
+        `rendered` files are produced from the release's final path (an export's meta that must point
+        at the published folder)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.exists(release_id):
             return self.manifest(release_id), False
