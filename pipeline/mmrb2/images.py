@@ -85,14 +85,11 @@ def inventory_images(
     infos = list(scan_entries.values())
     if scope != "all":
         infos = [i for i in infos if (_entry_key(i.filename) in wanted) == (scope == "referenced")]
-    names = {info.filename: wanted.get(_entry_key(info.filename), _entry_key(info.filename)) for info in infos}
-    results = hash_zip(zip_path, [(names[i.filename], i.filename) for i in infos], limits,
+    names = [wanted.get(_entry_key(i.filename), _entry_key(i.filename)) for i in infos]
+    results = hash_zip(zip_path, [(n, i.filename) for n, i in zip(names, infos)], limits,
                        workers=workers, progress=progress) if infos else []
-    by_name = {info.filename: info for info in infos}
-    entries = {names[stored]: by_name[stored] for stored in names}
     hashed = []
-    for r in results:
-        info = entries[r.key]
+    for info, r in zip(infos, results):  # hash_zip answers in item order
         row = {
             "image_name": r.key, "sha256": r.sha256, "bytes": info.file_size, "width": r.width, "height": r.height,
             "format": r.format, "status": "ok" if r.error is None else "corrupt",
