@@ -90,32 +90,36 @@ def _output(value, metadata: dict, version: str) -> dg.Output:
         return dg.Output(value, metadata=metadata, data_version=dg.DataVersion(version))
 
 
-def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> tuple[dict, dict, bool]:
-    """The recorded (value, plain metadata) of `folder` if it is complete, else run `compute`
-    (which writes the staged files under `folder` and returns them) and record it. The last item
-    says whether the record was reused."""
+def _finished(folder: Path) -> Optional[dict]:
+    """The record {value, metadata} of a finished staged folder (every file it names exists), or None."""
     record = folder / RESULT_FILE
-    if record.is_file():
-        saved = json.loads(record.read_text())
-        if all(Path(f).exists() for f in _files_in(saved["value"])):
-            log.info(f"inputs unchanged: reusing {folder}")
-            os.utime(record)  # last use, for `rewardhouse gc`
-            return saved["value"], saved["metadata"], True
-    value, plain = compute()
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
-    os.replace(tmp, record)
-    return value, plain, False
+    if not record.is_file():
+        return None
+    saved = json.loads(record.read_text())
+    return saved if all(Path(f).exists() for f in _files_in(saved["value"])) else None
 
 
 def recorded(folder: Path) -> Optional[dict]:
     """The value recorded in a finished staged folder, or None."""
-    record = folder / RESULT_FILE
-    if not record.is_file():
-        return None
-    value = json.loads(record.read_text())["value"]
-    return value if all(Path(f).exists() for f in _files_in(value)) else None
+    saved = _finished(folder)
+    return saved["value"] if saved else None
+
+
+def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> tuple[dict, dict, bool]:
+    """The recorded (value, plain metadata) of `folder` if it is complete, else run `compute`
+    (which writes the staged files under `folder` and returns them) and record it. The last item
+    says whether the record was reused."""
+    saved = _finished(folder)
+    if saved:
+        log.info(f"inputs unchanged: reusing {folder}")
+        os.utime(folder / RESULT_FILE)  # last use, for `rewardhouse gc`
+        return saved["value"], saved["metadata"], True
+    value, plain = compute()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{RESULT_FILE}.tmp"
+    tmp.write_text(json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
+    os.replace(tmp, folder / RESULT_FILE)
+    return value, plain, False
 
 
 def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> dg.Output:
