@@ -72,23 +72,95 @@ def _parse_value(text: str):
     return text
 
 
-def _one_run_at_a_time(layout: Layout):
+RUN_LOCK = ".run.lock"
+# Exit status of `rewardhouse run --no-wait` when another run holds the data root (EX_TEMPFAIL).
+EXIT_BUSY = 75
+
+
+def _say(message: str) -> None:
+    print(f"rewardhouse: {message}", file=sys.stderr, flush=True)
+
+
+def _one_run_at_a_time(layout: Layout, wait: bool = True):
     """`rewardhouse run` executes in process, outside Dagster's run queue, so runs on one data root
-    queue here: they share the Dagster home's SQLite files, staging and the raw downloads."""
+    take turns on a lock file: they share the Dagster home's SQLite files, staging and the raw
+    downloads. A waiting run says every few seconds who holds it."""
     from warehouse.store import exclusive_lock
 
-    def say() -> None:
-        print(f"rewardhouse: another `rewardhouse run` is using {layout.root}; waiting for it to finish",
-              file=sys.stderr, flush=True)
-
-    return exclusive_lock(layout.root / ".run.lock", say)
+    return exclusive_lock(layout.root / RUN_LOCK, f"the data root {layout.root}", _say, wait=wait)
 
 
 def cmd_run(args) -> int:
-    import dagster as dg
+    """SIGTERM/SIGINT are owned by a SignalOwner for the whole command (pipeline.stopping): the
+    first stops the run at a safe point and marks it canceled, the second stops it at once."""
+    import signal
 
+    from pipeline.stopping import SignalOwner, Stopped
+
+    state: dict = {}
+
+    def first(signum: int) -> None:
+        name = signal.Signals(signum).name
+        state["stopped_by"] = signum
+        _say(f"{name} received: stopping at the next safe point (a publish under way finishes first); "
+             f"send it again to stop at once")
+        if state.get("run_id"):
+            from pipeline.runs import mark_canceling
+
+            mark_canceling(state["instance"], state["run_id"], f"{name} received by rewardhouse run (pid {os.getpid()})")
+
+    def second(signum: int) -> None:
+        name = signal.Signals(signum).name
+        _say(f"second {name}: stopping now; a release being published stays whole, and the next run cleans up")
+        if state.get("run_id"):
+            from pipeline.runs import abandon
+
+            abandon(state["instance"], state["run_id"], f"stopped at once by a second {name}")
+
+    with SignalOwner(first, second):
+        try:
+            return _run(args, state)
+        except Stopped as exc:
+            name = signal.Signals(exc.signum).name
+            if state.get("run_id"):  # stopped between taking the run and Dagster's own handling of it
+                from pipeline.runs import abandon
+
+                abandon(state["instance"], state["run_id"], f"stopped by {name}")
+                _say(f"stopped by {name}: run {state['run_id']} canceled; {_current_release_line()}")
+            else:
+                _say(f"stopped by {name} before the run started; nothing was changed")
+            return 128 + exc.signum
+
+
+def _cli_instance(home: Path):
+    """The instance of dagster.yaml, but without capturing the steps' stdout/stderr: for a run in
+    this process that capture swaps the terminal's file descriptors for log files and mirrors them
+    back through `tail` helpers, which would swallow what this command says while a step runs and
+    print their own tracebacks on Ctrl-C. The run's events and logs are in the instance as usual."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    no_capture = {"module": "dagster._core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"}
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home), overrides={"compute_logs": no_capture}))
+
+
+def _current_release_line() -> str:
+    from warehouse.store import ReleaseStore
+
+    current = ReleaseStore(Layout().releases).current()
+    return f"release {current} is current and whole" if current else "no release is current"
+
+
+def _run(args, state: dict) -> int:
+    import signal
+
+    import dagster as dg
+    from dagster._core.utils import make_new_run_id
+
+    from pipeline.liveness import Busy, set_process_label
     from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
+    from pipeline.runs import Lease, reap_dead_runs, wait_for_other_runs
 
     layout = Layout()
     home = prepare_dagster_home(layout)
@@ -114,17 +186,39 @@ def cmd_run(args) -> int:
             return _fail(f"--set {item!r}: expected KEY=VALUE with KEY one of {known}", 2)
         config[key] = _parse_value(value)
     job = defs.resolve_job_def("refresh")
-    with _one_run_at_a_time(layout), dg.DagsterInstance.get() as instance:
-        result = job.execute_in_process(
-            instance=instance,
-            tags=ALL_PARTITIONS_TAGS,
-            run_config={
-                "resources": {"rewardhouse": {"config": config}},
-                # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
-                "loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}},
-            },
-            raise_on_error=False,
-        )
+    run_id = make_new_run_id()
+    me = f"rewardhouse run {run_id[:8]}"
+    set_process_label(f"rewardhouse run, run {run_id[:8]}")
+    with _cli_instance(home) as instance:
+        # Runs that died (killed, OOM, reboot) are cleaned up first, whatever else is running.
+        for line in reap_dead_runs(instance, by=me):
+            _say(line)
+        try:
+            with _one_run_at_a_time(layout, wait=not args.no_wait):
+                # Runs launched from the UI do not take the lock: wait for them in the instance.
+                wait_for_other_runs(instance, run_id, _say, wait=not args.no_wait, by=me)
+                with Lease(instance, run_id, "rewardhouse run"):
+                    state.update(instance=instance, run_id=run_id)
+                    result = job.execute_in_process(
+                        instance=instance,
+                        run_id=run_id,
+                        tags=ALL_PARTITIONS_TAGS,
+                        run_config={
+                            "resources": {"rewardhouse": {"config": config}},
+                            # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
+                            "loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}},
+                        },
+                        raise_on_error=False,
+                    )
+                    run = instance.get_run_by_id(run_id)
+        except Busy as exc:
+            _say(f"{exc}; not waiting (--no-wait)")
+            return EXIT_BUSY
+    signum = state.get("stopped_by")
+    if run is not None and run.status == dg.DagsterRunStatus.CANCELED:
+        name = signal.Signals(signum).name if signum else "a cancel request"
+        _say(f"stopped by {name}: run {run_id} canceled at a safe point; {_current_release_line()}")
+        return 128 + signum if signum else 1
     failed_checks = [
         e for e in result.get_asset_check_evaluations() if not e.passed and e.severity == dg.AssetCheckSeverity.ERROR
     ]
@@ -321,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any setting of the rewardhouse resource, e.g. --set positive_rate_min=0.8 (repeatable)")
     run.add_argument("-v", "--verbose", action="store_true", help="stream Dagster's event log to the terminal")
+    run.add_argument("--no-wait", action="store_true",
+                     help=f"fail at once (exit {EXIT_BUSY}) if another run holds the data root, instead of waiting for it")
     run.set_defaults(func=cmd_run)
 
     rel = sub.add_parser("releases", help="list releases, newest first, with row counts")

@@ -9,7 +9,7 @@ from checks import mmrb2 as mmrb2_checks
 from checks import release as release_checks
 from pipeline.resources import default_resource
 from pipeline.schedules import nightly_refresh
-from pipeline.sensors import run_failure_notifier, upstream_change_sensor
+from pipeline.sensors import dead_run_reaper, run_failure_notifier, upstream_change_sensor
 
 all_assets = dg.load_assets_from_modules([mmrb2, visualprm, dedupe, release])
 all_checks = dg.load_asset_checks_from_modules([mmrb2_checks, release_checks])
@@ -22,6 +22,6 @@ defs = dg.Definitions(
     asset_checks=all_checks,
     jobs=[refresh_job],
     schedules=[nightly_refresh],
-    sensors=[upstream_change_sensor, run_failure_notifier],
+    sensors=[upstream_change_sensor, run_failure_notifier, dead_run_reaper],
     resources={"rewardhouse": default_resource()},
 )

@@ -8,6 +8,9 @@ source otherwise keeps using the revisions locked in raw/hf/sources.lock.json).
 
 `run_failure_notifier` logs every failed run of the instance and hands a one-line message
 to `notify`, which runs `REWARDHOUSE_NOTIFY_COMMAND` (if set) with the message on stdin.
+
+`dead_run_reaper` cleans up after runs whose processes died (pipeline/runs.py) while the daemon
+is up; `rewardhouse run` does the same before it starts.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import dagster as dg
 
 from pipeline.resources import RewardhouseResource
 from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
+from pipeline.runs import reap_dead_runs
 from pipeline.schedules import REFRESH_JOB, automation_on
 from pipeline.upstream import content_digest, errors, revisions_digest, upstream_revisions
 
@@ -160,3 +164,19 @@ def run_failure_notifier(context: dg.RunFailureSensorContext):
         notify(message)
     except Exception as exc:  # noqa: BLE001 - a broken notifier must not hide the failure itself
         context.log.warning(f"notification failed: {exc}")
+
+
+REAP_INTERVAL_SECONDS = 10
+
+
+@dg.sensor(
+    minimum_interval_seconds=REAP_INTERVAL_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Finds runs whose processes died (killed, OOM, reboot), marks them failed and frees their pool "
+    "slots, so the run queue and the `warehouse` pool never stay blocked by a dead run (pipeline/runs.py).",
+)
+def dead_run_reaper(context: dg.SensorEvaluationContext):
+    lines = reap_dead_runs(context.instance, by="the dead_run_reaper sensor")
+    for line in lines:
+        context.log.warning(line)
+    return dg.SkipReason("; ".join(lines) if lines else "every run in flight is alive")

@@ -53,8 +53,8 @@ def test_two_cli_runs_at_once_queue_and_both_succeed(tmp_path):
         assert "Traceback" not in err
     statuses = sorted(out.splitlines()[0].split(": ", 1)[1] for _, out, _ in results)
     assert statuses == ["published", "unchanged (no new release)"]
-    waited = [err for _, _, err in results if "waiting for it to finish" in err]
-    assert len(waited) == 1 and f"another `rewardhouse run` is using {root}" in waited[0]
+    waited = [err for _, _, err in results if "waiting for the data root" in err]
+    assert len(waited) == 1 and f"rewardhouse: waiting for the data root {root}: held by pid " in waited[0]
 
     store = ReleaseStore(root / "releases")
     (manifest,) = store.list()

@@ -18,6 +18,7 @@ from typing import Any, Callable, Collection
 import duckdb
 import pyarrow as pa
 
+from pipeline.stopping import critical_section
 from warehouse.store import Manifest, PublishError, ReleaseStore, fsync, write_failure
 
 META_TABLE = "_rewardhouse"
@@ -82,8 +83,9 @@ def publish_release(
     (manifest, published, pruned). The release folder is put in place and the warehouse rebuilt on
     it before CURRENT is swapped, and pruned folders go last, so a failure or crash at any step
     leaves CURRENT and the warehouse's main views on a complete release, the previous one until
-    the swap."""
-    with store.writer_lock(on_wait):
+    the swap. Waiting for the writer lock can be interrupted; from there on a stop signal waits
+    until the publish is done (`critical_section`)."""
+    with store.writer_lock(on_wait), critical_section():
         store.sweep_temporaries()
         manifest, published = store.publish(release_id, tables, make_current=False, **publish_args)
         pruned = store.prunable(keep, release_id)

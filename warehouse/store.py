@@ -3,7 +3,8 @@
     {root}/releases/{release_id}/{table}.parquet
     {root}/releases/{release_id}/manifest.json
     {root}/releases/CURRENT            the id of the current release (the commit point)
-    {root}/releases/.writer.lock       held (flock) by the one process writing releases or the warehouse
+    {root}/releases/.writer.lock       held (flock) by the one process writing releases or the warehouse;
+                                       it names its holder (pid, host, since when)
 
 Publishing writes into a hidden temporary folder, fsyncs, renames it into place, then swaps
 CURRENT with os.replace. A crash at any step leaves the previous release whole and current.
@@ -21,6 +22,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,12 +32,15 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.liveness import Busy, Holder, read_holder
 from pipeline.sources.base import sha256_file
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
 WRITER_LOCK = ".writer.lock"
 TMP_PREFIX = ".tmp-"
+LOCK_POLL_SECONDS = 0.25
+LOCK_REPORT_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -125,39 +130,82 @@ _holds_guard = threading.Lock()
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Exclusive across processes (flock; the kernel drops it when the holder dies), re-entrant
-    within one thread so publish, prune and the warehouse sync can nest under a caller's hold.
-    `on_wait` is called once when another process holds it, before blocking until it is free."""
+def exclusive_lock(path: Path, what: str, on_wait: Callable[[str], None] | None = None, *, wait: bool = True,
+                   label: str = "", every: float = LOCK_REPORT_SECONDS) -> Iterator[None]:
+    """Exclusive across processes (flock; the kernel drops it when the holder dies, however it
+    dies), re-entrant within one thread so publish, prune and the warehouse sync can nest under a
+    caller's hold. The holder writes who it is into the file (`Holder`: pid, host, `label`, since
+    when). A caller that finds it held sleeps, and says through `on_wait` what it waits for (`what`)
+    and who holds it, at once and every `every` seconds; with `wait=False` it raises Busy with
+    that line instead."""
     key = os.path.abspath(path)
     with _holds_guard:
         hold = _holds.setdefault(key, _Hold())
     with hold.guard:
         if hold.depth == 0:
-            hold.fd = _acquire(Path(key), on_wait)
+            hold.fd = _acquire(Path(key), what, on_wait, wait, label, every)
         hold.depth += 1
         try:
             yield
         finally:
             hold.depth -= 1
             if hold.depth == 0 and hold.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(hold.fd, 0)  # free: no holder to name
                 os.close(hold.fd)
                 hold.fd = None
 
 
-def _acquire(path: Path, on_wait: Callable[[], None] | None) -> int:
+def lock_holder(path: Path) -> Holder | None:
+    """Who holds the lock file at `path` now, or None if nobody does."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return read_holder(path) or Holder(pid=0, host="?", boot_id="", started=None, since=0.0, label="unknown")
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def waiting_line(what: str, path: Path) -> str:
+    holder = read_holder(path)
+    who = holder.describe() if holder else "another process"
+    return f"waiting for {what}: held by {who} ({path})"
+
+
+def _acquire(path: Path, what: str, on_wait: Callable[[str], None] | None, wait: bool, label: str,
+             every: float) -> int:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise write_failure(f"cannot open the lock file {path}", exc) from exc
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        said = None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            line = waiting_line(what, path)
+            if not wait:
+                raise Busy(line.replace("waiting for", "busy:", 1))
+            now = time.monotonic()
+            if on_wait is not None and (said is None or now - said >= every):
+                on_wait(line)
+                said = now
+            time.sleep(LOCK_POLL_SECONDS)  # sleep, never spin: the holder may take minutes
+        record = Holder.me(label).to_json().encode()
+        with contextlib.suppress(OSError):  # who holds it is for people; the flock is the lock
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
     except BaseException:
         os.close(fd)
         raise
@@ -181,10 +229,9 @@ class ReleaseStore:
 
     def writer_lock(self, on_wait: Callable[[str], None] | None = None) -> contextlib.AbstractContextManager[None]:
         """Held around publish, prune and the warehouse sync: one writer at a time per data root.
-        A writer that has to wait says so first, through `on_wait` (default: a logged warning)."""
-        path = self.dir / WRITER_LOCK
-        say = on_wait or log.warning
-        return exclusive_lock(path, lambda: say(f"waiting for the warehouse writer: another process holds {path}"))
+        A writer that has to wait says so, and who holds it, through `on_wait` (default: a logged
+        warning) every few seconds."""
+        return exclusive_lock(self.dir / WRITER_LOCK, "the warehouse writer", on_wait or log.warning)
 
     def exists(self, release_id: str) -> bool:
         return (self.path(release_id) / MANIFEST).is_file()

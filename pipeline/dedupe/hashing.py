@@ -57,6 +57,7 @@ import hashlib
 import math
 import multiprocessing
 import os
+import signal
 import time
 import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -244,11 +245,27 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
         for chunk in chunks:
             record(work(chunk))
     else:
-        with ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=initializer,
-                                 initargs=initargs) as pool:
+        pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
+                                   initargs=(initializer, initargs))
+        try:
             for future in as_completed([pool.submit(work, chunk) for chunk in chunks]):
                 record(future.result())
+        except BaseException:
+            # Stopped (an interrupt, a failed chunk): drop the queued chunks instead of hashing
+            # them all first; only the chunks the workers hold now are finished.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
+
+
+def _worker_init(initializer, initargs) -> None:
+    """Workers leave SIGINT/SIGTERM to the process that owns the pool: a stop sent to the whole
+    process group ends the run at a safe point there, not in the middle of a chunk here."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progress: Progress | None = None,

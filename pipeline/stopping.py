@@ -1,0 +1,190 @@
+"""Stopping a run politely: SIGTERM/SIGINT stop it at a safe point, a second signal at once.
+
+Inside a Dagster run, Dagster's own handler raises an interrupt in the step's code wherever it
+stands, and the run ends CANCELED if its status was CANCELING by then (else FAILURE). Added here:
+
+- `critical_section()`: a block an interrupt must not split (publishing a release). A stop that
+  arrives inside it is held and delivered when the block ends; a second signal ends the process
+  at once, which the release store survives like any crash.
+- `SignalOwner` (the `rewardhouse run` process): SIGTERM and SIGINT go through it whatever the
+  process inherited (a background job starts with them ignored) and whatever handler Dagster has
+  installed. The first one is announced in one line and, from a helper thread, marks the run
+  CANCELING before the interrupt is delivered to the main thread; so the run ends canceled, never
+  as an "unexpected" failure. A second one cleans up what it can within a few seconds and exits.
+  Dagster installs its handlers through `dagster._utils.interrupts._replace_interrupt_signal`;
+  while a SignalOwner is active, the handlers it installs are wrapped (tested in
+  tests/test_run_stop.py, so a Dagster upgrade that changes this fails loudly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import _thread
+from typing import Callable, Iterator
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# A second signal still gets this long to mark the run canceled and free its slots.
+HARD_STOP_GRACE_SECONDS = 3.0
+
+_owner: "SignalOwner | None" = None
+
+
+class Stopped(BaseException):
+    """Raised in the main thread of `rewardhouse run` when a stop arrives outside a Dagster run
+    (while waiting for a lock or another run). BaseException, like KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def critical_section() -> Iterator[None]:
+    """Hold a stop until the block is done, then deliver it through the handler in place (inside a
+    Dagster step: raise its interrupt). A second signal inside the block exits the process."""
+    if not _in_main_thread():
+        yield
+        return
+    if _owner is not None:
+        with _owner.deferred():
+            yield
+        return
+    held: list[int] = []
+
+    def hold(signum, _frame):
+        if held:
+            print(f"rewardhouse: second {signal.Signals(signum).name}: stopping now", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+        held.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if held:
+        handler = previous[held[0]]
+        if callable(handler):
+            handler(held[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(held[0])
+
+
+class SignalOwner:
+    """Owns SIGTERM/SIGINT for `rewardhouse run` (see the module docstring), as a context manager
+    around the command. `on_first(signum)` and `on_second(signum)` run in helper threads."""
+
+    def __init__(self, on_first: Callable[[int], None], on_second: Callable[[int], None]):
+        self.on_first, self.on_second = on_first, on_second
+        self.received: int | None = None
+        self._count = 0
+        self._armed = False  # the next handler call is the stop being delivered, not a new signal
+        self._depth = 0  # critical sections entered
+        self._pending = False  # a stop held by a critical section
+        self._previous: dict = {}
+        self._dagster = None
+
+    # -- installation -------------------------------------------------------------------------
+    def __enter__(self) -> "SignalOwner":
+        global _owner
+        if not _in_main_thread():
+            return self
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._outside)
+        try:
+            import dagster._utils.interrupts as interrupts
+        except ImportError:  # pragma: no cover - Dagster is a dependency
+            interrupts = None
+        if interrupts is not None:
+            self._dagster = (interrupts, interrupts._replace_interrupt_signal)
+            interrupts._replace_interrupt_signal = self._replace
+        _owner = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _owner
+        if not self._previous:
+            return
+        _owner = None
+        if self._dagster:
+            module, original = self._dagster
+            module._replace_interrupt_signal = original
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _replace(self, handler) -> None:
+        """Dagster installing `handler` for SIGINT (and SIGTERM): install it behind the gate."""
+        _module, original = self._dagster
+        original(self._gate(handler))
+
+    def _gate(self, handler):
+        if not callable(handler) or getattr(handler, "_rewardhouse_gate", False):
+            return handler
+
+        def gated(signum, frame):
+            return self._on(signum, frame, handler)
+
+        gated._rewardhouse_gate = True  # type: ignore[attr-defined]
+        return gated
+
+    def _outside(self, signum, frame):
+        def stop(_signum, _frame):
+            raise Stopped(self.received or signum)
+
+        return self._on(signum, frame, stop)
+
+    _outside._rewardhouse_gate = True  # type: ignore[attr-defined]
+
+    # -- behaviour ----------------------------------------------------------------------------
+    def _on(self, signum, frame, deliver):
+        if self._armed:  # the stop asked for, arriving in the main thread
+            self._armed = False
+            if self._depth:
+                self._pending = True
+                return None
+            return deliver(signum, frame)
+        self._count += 1
+        if self._count == 1:
+            self.received = signum
+            threading.Thread(target=self._first, args=(signum,), name="stop request", daemon=True).start()
+            return None
+        self._hard(signum)
+
+    def _first(self, signum: int) -> None:
+        try:
+            self.on_first(signum)
+        finally:
+            self._armed = True
+            _thread.interrupt_main(signal.SIGINT)
+
+    def _hard(self, signum: int) -> None:
+        worker = threading.Thread(target=self.on_second, args=(signum,), name="hard stop", daemon=True)
+        worker.start()
+        worker.join(HARD_STOP_GRACE_SECONDS)
+        os._exit(128 + signum)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self._pending:
+            self._pending = False
+            self._armed = True
+            handler = signal.getsignal(signal.SIGINT)
+            if callable(handler):
+                handler(signal.SIGINT, None)
