@@ -14,6 +14,7 @@ import pyarrow as pa
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import RESULT_FILE
+from pipeline.stopping import stop_point
 
 
 def staging_key(snapshot: Optional[RawSnapshot], extra: Optional[dict] = None) -> str:
@@ -114,6 +115,7 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]
         log.info(f"inputs unchanged: reusing {folder}")
         os.utime(folder / RESULT_FILE)  # last use, for `rewardhouse gc`
         return saved["value"], saved["metadata"], True
+    stop_point()
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{RESULT_FILE}.tmp"
@@ -158,6 +160,7 @@ def progress_logger(context, label: str, every: float = 5.0) -> Callable[[int, i
     last = [0.0]
 
     def report(done: int, total: int, rate: float) -> None:
+        stop_point()
         now = time.monotonic()
         if done == total or now - last[0] >= every:
             last[0] = now

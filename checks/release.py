@@ -12,6 +12,7 @@ from checks import rules
 from checks.rules import CheckOutcome
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import read_staged
+from pipeline.stopping import stop_point
 from warehouse.duck import schema_for
 from warehouse.store import ReleaseStore
 
@@ -129,7 +130,8 @@ def release_gx_suites(context: dg.AssetCheckExecutionContext, rewardhouse: Rewar
 
     tables = read_staged(release_candidate["tables"])
     run_name = f"{release_candidate['release_id']}-{context.run.run_id[:8]}"
-    results, docs = validate_tables(tables, layout.root / "quality", run_name, Limits(max_steps=settings.quality.max_steps))
+    results, docs = validate_tables(tables, layout.root / "quality", run_name, Limits(max_steps=settings.quality.max_steps),
+                                    between=stop_point)
     extra = {"data_docs": dg.MetadataValue.path(str(docs))} if docs else {}
     for table in GX_TABLES:
         r = results.get(table)

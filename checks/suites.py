@@ -37,7 +37,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -456,10 +456,12 @@ def validate_tables(
     docs_root: Path,
     run_name: str,
     limits: Limits = Limits(),
+    between: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, TableResult], Path | None]:
     """Validate every table of SUITE_TABLES present in `tables` (others are skipped or ignored),
     render Data Docs under `docs_root`, and return the results and the Data Docs index.html
-    (None, with a warning logged, when the docs could not be built)."""
+    (None, with a warning logged, when the docs could not be built). `between()` is called before
+    each table and before the docs (where a run may stop)."""
     docs_root = Path(docs_root)
     started = time.perf_counter()
     context, docs_problem = _open_context(docs_root)
@@ -471,6 +473,7 @@ def validate_tables(
     for table in SUITE_TABLES:
         if table not in tables:
             continue
+        between()
         arrow = tables[table]
         suite = _store_suite(context, build_suite(table, limits))
         definition = _store_validation_definition(context, table, _batch_definition(datasource, table), suite)
@@ -485,6 +488,7 @@ def validate_tables(
     if docs_problem:
         log.warning("GX Data Docs not built: %s", docs_problem)
         return results, None
+    between()
     started = time.perf_counter()
     index = _build_docs(context, run_id, list(results))
     log.info("built GX Data Docs in %.2f s: %s", time.perf_counter() - started, index)

@@ -161,6 +161,7 @@ def _run(args, state: dict) -> int:
     from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
     from pipeline.runs import Lease, reap_dead_runs, wait_for_other_runs
+    from pipeline.stopping import stop_point
 
     layout = Layout()
     home = prepare_dagster_home(layout)
@@ -198,6 +199,7 @@ def _run(args, state: dict) -> int:
                 # Runs launched from the UI do not take the lock: wait for them in the instance.
                 wait_for_other_runs(instance, run_id, _say, wait=not args.no_wait, by=me)
                 with Lease(instance, run_id, "rewardhouse run"):
+                    stop_point()
                     state.update(instance=instance, run_id=run_id)
                     result = job.execute_in_process(
                         instance=instance,
@@ -397,6 +399,37 @@ def cmd_gc(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    """Who holds what on this data root: the lock files, the runs in flight (alive or dead) and the
+    pool slots; `--clean` cleans up after dead runs now, as the next `rewardhouse run` would."""
+    from pipeline.runs import describe_run, judge, reap_dead_runs, runs_in_flight
+    from warehouse.store import WRITER_LOCK, lock_holder
+
+    layout = Layout()
+    home = prepare_dagster_home(layout)
+    for what, path in ((f"data root ({RUN_LOCK}: `rewardhouse run`, gc)", layout.root / RUN_LOCK),
+                       (f"warehouse writer ({WRITER_LOCK})", layout.releases / WRITER_LOCK)):
+        holder = lock_holder(path)
+        print(f"{what}: {f'held by {holder.describe()}' if holder else 'free'}")
+    with _cli_instance(home) as instance:
+        if args.clean:
+            for line in reap_dead_runs(instance, by="rewardhouse status --clean"):
+                print(line)
+        runs = runs_in_flight(instance)
+        for record in runs:
+            verdict = judge(instance, record)
+            state = "alive" if verdict.alive else "DEAD (the next `rewardhouse run`, `rewardhouse status --clean` or the daemon cleans it up)"
+            print(f"{describe_run(record, verdict)}: {state}")
+        if not runs:
+            print("runs in flight: none")
+        storage = instance.event_log_storage
+        for pool in sorted(storage.get_concurrency_keys()) if storage.supports_global_concurrency_limits else []:
+            info = storage.get_concurrency_info(pool)
+            holders = ", ".join(f"run {slot.run_id} ({slot.step_key})" for slot in info.claimed_slots)
+            print(f"pool `{pool}`: {len(info.claimed_slots)} of {info.slot_count} slots taken" + (f" by {holders}" if holders else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardhouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -440,6 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="remove staged folders last used more than DAYS days ago (default 7; 0: all but the current candidate)")
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     gc.set_defaults(func=cmd_gc)
+
+    st = sub.add_parser("status", help="who holds what: lock files, runs in flight (alive or dead), pool slots")
+    st.add_argument("--clean", action="store_true",
+                    help="clean up after dead runs now (mark them failed, free their slots), as the next run would")
+    st.set_defaults(func=cmd_status)
 
     sc = sub.add_parser("score", help="score judge outputs (official judgement format) against the benchmark")
     sc.add_argument("files", nargs="+")

@@ -8,6 +8,7 @@ from typing import Optional
 
 import dagster as dg
 
+from pipeline.stopping import stop_point
 from pipeline.settings import DEFAULT_MAX_DISTANCE, DEFAULT_MAX_IMAGE_PIXELS, Layout, QualitySettings, Settings, ZipLimits
 
 
@@ -40,6 +41,7 @@ class RewardhouseResource(dg.ConfigurableResource):
     hf_visualprm_revision: Optional[str] = None
 
     def settings(self) -> Settings:
+        stop_point()  # every asset starts by asking: a stop asked for ends the run here
         return Settings(
             source=self.source,
             local_path=self.local_path,
@@ -65,6 +67,7 @@ class RewardhouseResource(dg.ConfigurableResource):
         )
 
     def layout(self) -> Layout:
+        stop_point()
         return Layout(Path(self.home) if self.home else None)
 
 

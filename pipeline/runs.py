@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Optional
 import dagster as dg
 from dagster._core.events import DagsterEventType
 
+from pipeline.stopping import stop_point
 from pipeline.liveness import HOST, Busy, Heartbeat, Holder, heartbeat_of, pid_exists, process_start
 
 IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
@@ -151,6 +152,7 @@ def reap_dead_runs(instance: dg.DagsterInstance, by: str, exclude: Iterable[str]
     pending claims, remove its leases. One line per run reaped, saying what was cleaned up."""
     lines = []
     _sweep_leases(instance)
+    lines += _free_slots_of_finished_runs(instance)
     for record in runs_in_flight(instance, exclude):
         verdict = judge(instance, record)
         if verdict.alive:
@@ -172,6 +174,25 @@ def reap_dead_runs(instance: dg.DagsterInstance, by: str, exclude: Iterable[str]
         shutil.rmtree(lease_dir(instance, run.run_id), ignore_errors=True)
         freed = f", freed its {', '.join(f'`{p}`' for p in sorted(set(pools)))} pool slot{'s' if len(pools) > 1 else ''}" if pools else ""
         lines.append(f"cleaned up after dead run {run.run_id} ({verdict.why}): marked it {marked}{freed}")
+    return lines
+
+
+def _free_slots_of_finished_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Slots still claimed by runs that are over. Dagster marks a run failed when its run worker
+    dies (the code server notices) but leaves the slots its steps claimed."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    lines = []
+    for run_id in sorted(storage.get_concurrency_run_ids()):
+        run = instance.get_run_by_id(run_id)
+        if run is not None and not run.is_finished:
+            continue
+        pools = sorted(set(slots_held(instance, run_id)))
+        storage.free_concurrency_slots_for_run(run_id)
+        if pools:
+            state = f"which ended {run.status.value.lower()}" if run else "which is no longer recorded"
+            lines.append(f"freed the {', '.join(f'`{p}`' for p in pools)} pool slot held by run {run_id}, {state}")
     return lines
 
 
@@ -213,6 +234,7 @@ def wait_for_other_runs(instance: dg.DagsterInstance, me: str, say: Callable[[st
         if last_said is None or now - last_said >= every:
             say(line)
             last_said = now
+        stop_point()
         time.sleep(WAIT_POLL_SECONDS)
 
 

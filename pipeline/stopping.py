@@ -9,8 +9,10 @@ stands, and the run ends CANCELED if its status was CANCELING by then (else FAIL
 - `SignalOwner` (the `rewardhouse run` process): SIGTERM and SIGINT go through it whatever the
   process inherited (a background job starts with them ignored) and whatever handler Dagster has
   installed. The first one is announced in one line and, from a helper thread, marks the run
-  CANCELING before the interrupt is delivered to the main thread; so the run ends canceled, never
-  as an "unexpected" failure. A second one cleans up what it can within a few seconds and exits.
+  CANCELING; the run then stops at the next `stop_point()` (an asset starting, a progress report,
+  a wait), or where it stands if it reaches none within FORCE_AFTER_SECONDS, and ends canceled,
+  never as an "unexpected" failure. A second one cleans up what it can within a few seconds and
+  exits.
   Dagster installs its handlers through `dagster._utils.interrupts._replace_interrupt_signal`;
   while a SignalOwner is active, the handlers it installs are wrapped (tested in
   tests/test_run_stop.py, so a Dagster upgrade that changes this fails loudly).
@@ -29,13 +31,16 @@ from typing import Callable, Iterator
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # A second signal still gets this long to mark the run canceled and free its slots.
 HARD_STOP_GRACE_SECONDS = 3.0
+# A run that reaches no stop point this long after the first signal is interrupted where it stands.
+FORCE_AFTER_SECONDS = 6.0
 
 _owner: "SignalOwner | None" = None
 
 
-class Stopped(BaseException):
-    """Raised in the main thread of `rewardhouse run` when a stop arrives outside a Dagster run
-    (while waiting for a lock or another run). BaseException, like KeyboardInterrupt."""
+class Stopped(KeyboardInterrupt):
+    """A stop asked for by a signal, raised at a stop point in the main thread of `rewardhouse
+    run`. A KeyboardInterrupt, so a Dagster step that raises it ends as interrupted and the run
+    (marked CANCELING first) as canceled; outside a run, the command catches it."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -44,6 +49,16 @@ class Stopped(BaseException):
 
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def stop_point() -> None:
+    """A place where stopping is safe: raise Stopped if a stop was asked for (only ever in the
+    main thread of a `rewardhouse run`, never inside a critical section). Called where work
+    starts or advances: an asset asking for its settings, a progress report, a waiting loop."""
+    owner = _owner
+    if owner is not None and owner.requested and not owner._depth and _in_main_thread():
+        owner.reached.set()
+        raise Stopped(owner.received or signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -88,10 +103,11 @@ class SignalOwner:
     def __init__(self, on_first: Callable[[int], None], on_second: Callable[[int], None]):
         self.on_first, self.on_second = on_first, on_second
         self.received: int | None = None
+        self.requested = False  # stop points raise from now on
+        self.reached = threading.Event()  # a stop point raised
         self._count = 0
         self._armed = False  # the next handler call is the stop being delivered, not a new signal
         self._depth = 0  # critical sections entered
-        self._pending = False  # a stop held by a critical section
         self._previous: dict = {}
         self._dagster = None
 
@@ -149,11 +165,10 @@ class SignalOwner:
 
     # -- behaviour ----------------------------------------------------------------------------
     def _on(self, signum, frame, deliver):
-        if self._armed:  # the stop asked for, arriving in the main thread
+        if self._armed:  # the forced stop, arriving in the main thread
             self._armed = False
             if self._depth:
-                self._pending = True
-                return None
+                return None  # a critical section is under way: its end is the stop point
             return deliver(signum, frame)
         self._count += 1
         if self._count == 1:
@@ -166,6 +181,8 @@ class SignalOwner:
         try:
             self.on_first(signum)
         finally:
+            self.requested = True
+        if not self.reached.wait(FORCE_AFTER_SECONDS) and self._count == 1:
             self._armed = True
             _thread.interrupt_main(signal.SIGINT)
 
@@ -182,9 +199,4 @@ class SignalOwner:
             yield
         finally:
             self._depth -= 1
-        if self._depth == 0 and self._pending:
-            self._pending = False
-            self._armed = True
-            handler = signal.getsignal(signal.SIGINT)
-            if callable(handler):
-                handler(signal.SIGINT, None)
+        stop_point()  # the block is done: stop here if asked to

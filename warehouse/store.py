@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from pipeline.liveness import Busy, Holder, read_holder
 from pipeline.sources.base import sha256_file
+from pipeline.stopping import stop_point
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
@@ -201,6 +202,7 @@ def _acquire(path: Path, what: str, on_wait: Callable[[str], None] | None, wait:
             if on_wait is not None and (said is None or now - said >= every):
                 on_wait(line)
                 said = now
+            stop_point()
             time.sleep(LOCK_POLL_SECONDS)  # sleep, never spin: the holder may take minutes
         record = Holder.me(label).to_json().encode()
         with contextlib.suppress(OSError):  # who holds it is for people; the flock is the lock
