@@ -120,15 +120,8 @@ def cmd_run(args) -> int:
     with SignalOwner(first, second):
         try:
             return _run(args, state)
-        except Stopped as exc:
-            name = signal.Signals(exc.signum).name
-            if state.get("run_id"):  # stopped between taking the run and Dagster's own handling of it
-                from pipeline.runs import abandon
-
-                abandon(state["instance"], state["run_id"], f"stopped by {name}")
-                _say(f"stopped by {name}: run {state['run_id']} canceled; {_current_release_line()}")
-            else:
-                _say(f"stopped by {name} before the run started; nothing was changed")
+        except Stopped as exc:  # before the run was created
+            _say(f"stopped by {signal.Signals(exc.signum).name} before the run started; nothing was changed")
             return 128 + exc.signum
 
 
@@ -160,13 +153,14 @@ def _run(args, state: dict) -> int:
     from pipeline.liveness import Busy, set_process_label
     from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
-    from pipeline.runs import Lease, reap_dead_runs, wait_for_other_runs
-    from pipeline.stopping import stop_point
+    from pipeline.runs import Lease, abandon, reap_dead_runs, wait_for_other_runs
+    from pipeline.stopping import Stopped, stop_point
 
     layout = Layout()
     home = prepare_dagster_home(layout)
     from pipeline.definitions import defs
 
+    stop_point()  # a stop that came during the imports
     if args.source == "local" and not args.path:
         return _fail("--source local needs --path DIR (a folder mirroring the upstream layout)", 2)
     config = {"source": args.source, "home": str(layout.root)}
@@ -191,10 +185,10 @@ def _run(args, state: dict) -> int:
     me = f"rewardhouse run {run_id[:8]}"
     set_process_label(f"rewardhouse run, run {run_id[:8]}")
     with _cli_instance(home) as instance:
-        # Runs that died (killed, OOM, reboot) are cleaned up first, whatever else is running.
-        for line in reap_dead_runs(instance, by=me):
-            _say(line)
         try:
+            # Runs that died (killed, OOM, reboot) are cleaned up first, whatever else is running.
+            for line in reap_dead_runs(instance, by=me):
+                _say(line)
             with _one_run_at_a_time(layout, wait=not args.no_wait):
                 # Runs launched from the UI do not take the lock: wait for them in the instance.
                 wait_for_other_runs(instance, run_id, _say, wait=not args.no_wait, by=me)
@@ -216,6 +210,14 @@ def _run(args, state: dict) -> int:
         except Busy as exc:
             _say(f"{exc}; not waiting (--no-wait)")
             return EXIT_BUSY
+        except Stopped as exc:  # at a stop point outside the run's steps
+            name = signal.Signals(exc.signum).name
+            if not state.get("run_id"):
+                _say(f"stopped by {name} before the run started; nothing was changed")
+            else:
+                abandon(instance, run_id, f"stopped by {name}")
+                _say(f"stopped by {name}: run {run_id} canceled; {_current_release_line()}")
+            return 128 + exc.signum
     signum = state.get("stopped_by")
     if run is not None and run.status == dg.DagsterRunStatus.CANCELED:
         name = signal.Signals(signum).name if signum else "a cancel request"

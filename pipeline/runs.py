@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
 
 from pipeline.stopping import stop_point
 from pipeline.liveness import HOST, Busy, Heartbeat, Holder, heartbeat_of, pid_exists, process_start
@@ -84,7 +83,7 @@ def leases_of(instance: dg.DagsterInstance, run_id: str) -> list[tuple[Holder, f
 
 def recorded_pids(instance: dg.DagsterInstance, run_id: str) -> list[tuple[int, float]]:
     """(pid, when) of the processes Dagster's engine events name for this run."""
-    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT, limit=1000).records
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=1000).records
     out = []
     for record in records:
         data = record.event_log_entry.dagster_event.engine_event_data if record.event_log_entry.dagster_event else None

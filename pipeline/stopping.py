@@ -25,7 +25,6 @@ import os
 import signal
 import sys
 import threading
-import _thread
 from typing import Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -184,13 +183,26 @@ class SignalOwner:
             self.requested = True
         if not self.reached.wait(FORCE_AFTER_SECONDS) and self._count == 1:
             self._armed = True
-            _thread.interrupt_main(signal.SIGINT)
+            # A real signal, so a main thread blocked in a sleep or a read wakes up for it.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     def _hard(self, signum: int) -> None:
-        worker = threading.Thread(target=self.on_second, args=(signum,), name="hard stop", daemon=True)
-        worker.start()
-        worker.join(HARD_STOP_GRACE_SECONDS)
-        os._exit(128 + signum)
+        """Exit from helper threads, after `on_second` or after the grace, whichever comes first.
+        The main thread is not held meanwhile: it may hold the very database lock the cleanup
+        needs, and it is about to die anyway."""
+
+        def clean_then_exit() -> None:
+            try:
+                self.on_second(signum)
+            finally:
+                os._exit(128 + signum)
+
+        def deadline() -> None:
+            threading.Event().wait(HARD_STOP_GRACE_SECONDS)
+            os._exit(128 + signum)
+
+        threading.Thread(target=deadline, name="hard stop deadline", daemon=True).start()
+        threading.Thread(target=clean_then_exit, name="hard stop", daemon=True).start()
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:

@@ -28,7 +28,7 @@ import pytest
 import run_control as rc
 from publish_helper import assert_release_complete
 from warehouse.duck import connect_readonly, warehouse_release
-from warehouse.store import ReleaseStore
+from warehouse.store import ReleaseStore, exclusive_lock
 
 NEXT_RUN_WITHIN = 60.0
 
@@ -181,6 +181,7 @@ def stop_at(home: Path, step: str, budget: float, sig: int = signal.SIGTERM, del
 def test_sigterm_stops_a_run_at_a_safe_point_within_seconds(warm_home, step, sig):
     home = warm_home
     budget = 0.2 + rc.STEPS.index(step) / 1000 + sig / 100000
+    previous = ReleaseStore(home / "releases").current()
     code, err, took, run_id = stop_at(home, step, budget, sig)
     name = signal.Signals(sig).name
     assert code == 128 + sig, err[-3000:]
@@ -193,9 +194,9 @@ def test_sigterm_stops_a_run_at_a_safe_point_within_seconds(warm_home, step, sig
     assert warehouse_slots(home) == []
     assert not (home / "dagster" / "leases" / run_id).exists()
     current = assert_whole(home)
-    if step == "warehouse_release":
-        # A publish under way was finished, not cut: the new release is current and whole.
-        assert current == ReleaseStore(home / "releases").list()[0].release_id
+    # Stopped before its publish began, the previous release stays; a publish under way is
+    # finished, not cut, and its release is current and whole.
+    assert current in (previous, ReleaseStore(home / "releases").list()[0].release_id)
     err2, _ = next_run_completes(home)
     assert "cleaned up" not in err2  # the stopped run left nothing to clean
     print(f"{name} in {step}: exit {code} after {took:.1f}s")
@@ -208,10 +209,11 @@ def test_a_second_signal_stops_at_once_and_leaves_a_whole_release(warm_home):
     assert took < 6, f"exited {took:.1f}s after the first SIGTERM"
     assert "second SIGTERM: stopping now" in err
     assert "Traceback" not in err
-    assert run_status(home, run_id) in ("CANCELED", "FAILURE")
-    assert warehouse_slots(home) == []
     assert_whole(home)
-    next_run_completes(home)
+    err2, _ = next_run_completes(home)
+    # Marked canceled on the way out, or else cleaned up by the next run; never left STARTED.
+    assert run_status(home, run_id) in ("CANCELED", "FAILURE"), err2
+    assert warehouse_slots(home) == []
 
 
 def cpu_seconds(pid: int) -> float:
@@ -254,3 +256,26 @@ def test_a_second_run_waits_cheaply_says_for_whom_and_proceeds(warm_home):
     assert out2.startswith("release ")
     assert_whole(home)
     print(f"waiting run: {spent:.3f}s CPU over 3s; {len(waits)} waiting lines")
+
+
+def test_a_waiting_run_stopped_by_sigterm_leaves_at_once_having_changed_nothing(warm_home):
+    home = warm_home
+    before = sorted(p.name for p in rc.run_dbs(home))
+    with exclusive_lock(home / ".run.lock", "the data root", label="a test holding the data root"):
+        proc = rc.start(home)
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        while not any("waiting for the data root" in line for line in said):
+            assert time.monotonic() < deadline and proc.poll() is None, said
+            time.sleep(0.05)
+        assert "(a test holding the data root)" in said[0]
+        rc.kill_group(proc, signal.SIGTERM)
+        sent = time.monotonic()
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    reader.join(timeout=10)
+    assert code == 143 and took < 3, said
+    assert said[-1].strip() == "rewardhouse: stopped by SIGTERM before the run started; nothing was changed", said
+    assert sorted(p.name for p in rc.run_dbs(home)) == before  # no run was created
