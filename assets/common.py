@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.sources.base import RawSnapshot
-from pipeline.staging import RESULT_FILE
+from pipeline.staging import RESULT_FILE, write_text_atomic
 from pipeline.stopping import stop_point
 
 
@@ -118,9 +118,7 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]
     stop_point()
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
-    os.replace(tmp, folder / RESULT_FILE)
+    write_text_atomic(folder / RESULT_FILE, json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
     return value, plain, False
 
 

@@ -12,7 +12,7 @@ from checks.rules import CheckOutcome
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
-from pipeline.staging import CANDIDATE_FILE, read_staged, write_staged
+from pipeline.staging import CANDIDATE_FILE, read_staged, write_staged, write_text_atomic
 from pipeline.visualprm.export import render_meta
 from warehouse.duck import publish_release
 from warehouse.store import ReleaseStore, release_id_for
@@ -46,7 +46,7 @@ def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
 def write_outcome(candidate: dict, outcome: CheckOutcome) -> None:
     folder = Path(candidate["dir"]) / CHECKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{outcome.check}.json").write_text(outcome.to_json())
+    write_text_atomic(folder / f"{outcome.check}.json", outcome.to_json())
 
 
 def read_outcomes(candidate: dict) -> dict[str, dict]:
@@ -92,7 +92,7 @@ def release_candidate(
         "settings": settings.fingerprint(),
         "export": {k: visualprm_export[k] for k in ("files", "images", "rows", "removed")},
     }
-    (folder / CANDIDATE_FILE).write_text(json.dumps(candidate, indent=2, sort_keys=True))
+    write_text_atomic(folder / CANDIDATE_FILE, json.dumps(candidate, indent=2, sort_keys=True))
     return dg.Output(
         candidate,
         metadata={"release_id": release_id, **{f"rows_{t}": dg.MetadataValue.int(v.num_rows) for t, v in tables.items()}},

@@ -184,12 +184,13 @@ def _run(args, state: dict) -> int:
     run_id = make_new_run_id()
     me = f"rewardhouse run {run_id[:8]}"
     set_process_label(f"rewardhouse run, run {run_id[:8]}")
-    with _cli_instance(home) as instance:
-        try:
-            # Runs that died (killed, OOM, reboot) are cleaned up first, whatever else is running.
-            for line in reap_dead_runs(instance, by=me):
-                _say(line)
-            with _one_run_at_a_time(layout, wait=not args.no_wait):
+    try:
+        # The lock first: runs on one data root take turns, from creating the instance's storage on.
+        with _one_run_at_a_time(layout, wait=not args.no_wait), _cli_instance(home) as instance:
+            try:
+                # Runs that died (killed, OOM, reboot) are cleaned up first.
+                for line in reap_dead_runs(instance, by=me):
+                    _say(line)
                 # Runs launched from the UI do not take the lock: wait for them in the instance.
                 wait_for_other_runs(instance, run_id, _say, wait=not args.no_wait, by=me)
                 with Lease(instance, run_id, "rewardhouse run"):
@@ -207,17 +208,17 @@ def _run(args, state: dict) -> int:
                         raise_on_error=False,
                     )
                     run = instance.get_run_by_id(run_id)
-        except Busy as exc:
-            _say(f"{exc}; not waiting (--no-wait)")
-            return EXIT_BUSY
-        except Stopped as exc:  # at a stop point outside the run's steps
-            name = signal.Signals(exc.signum).name
-            if not state.get("run_id"):
-                _say(f"stopped by {name} before the run started; nothing was changed")
-            else:
-                abandon(instance, run_id, f"stopped by {name}")
-                _say(f"stopped by {name}: run {run_id} canceled; {_current_release_line()}")
-            return 128 + exc.signum
+            except Stopped as exc:  # at a stop point outside the run's steps
+                name = signal.Signals(exc.signum).name
+                if not state.get("run_id"):
+                    _say(f"stopped by {name} before the run started; nothing was changed")
+                else:
+                    abandon(instance, run_id, f"stopped by {name}")
+                    _say(f"stopped by {name}: run {run_id} canceled; {_current_release_line()}")
+                return 128 + exc.signum
+    except Busy as exc:
+        _say(f"{exc}; not waiting (--no-wait)")
+        return EXIT_BUSY
     signum = state.get("stopped_by")
     if run is not None and run.status == dg.DagsterRunStatus.CANCELED:
         name = signal.Signals(signum).name if signum else "a cancel request"

@@ -29,5 +29,13 @@ def write_staged(directory: Path, tables: dict[str, pa.Table]) -> dict[str, str]
     return paths
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """A small record (a candidate, a check outcome) written whole or not at all: a run killed
+    while writing it leaves the previous version, never half a file."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def read_staged(paths: dict[str, str]) -> dict[str, pa.Table]:
     return {name: pq.read_table(path) for name, path in paths.items()}
