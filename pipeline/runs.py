@@ -7,9 +7,11 @@ events (the run worker, a multiprocess run's step processes), all on the daemon'
 flight (STARTING, STARTED, CANCELING) is alive while one of its lease holders is; with no lease,
 while a process Dagster recorded for it is (a pid counts only if that process started before the
 event that names it, so a recycled pid is not taken for it); with neither, for a short grace
-after its last update. A run that is not alive is dead: it is marked failed (canceled, if it was being canceled)
-with the reason, its pool slots and pending claims are freed and its leases removed. Lock files
-need nothing of this: the kernel drops an flock when its holder dies.
+after its last update. A run that is not alive is dead: it is marked failed (canceled, if it was
+being canceled) with the reason, its pool slots and pending claims are freed and its leases
+removed. Slots still held by runs that ended (Dagster fails a run whose worker died, but keeps
+its slots) are freed too. Lock files need nothing of this: the kernel drops an flock when its
+holder dies.
 
 `rewardhouse run` reaps before it starts and while it waits; the `dead_run_reaper` sensor does it
 for runs launched from the UI while the daemon is up.
@@ -27,8 +29,8 @@ from typing import Callable, Iterable, Optional
 
 import dagster as dg
 
-from pipeline.stopping import stop_point
 from pipeline.liveness import HOST, Busy, Heartbeat, Holder, heartbeat_of, pid_exists, process_start
+from pipeline.stopping import stop_point
 
 IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 # A run in flight with no process recorded at all is given this long after its last update.
