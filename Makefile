@@ -29,6 +29,7 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_visualprm_parse.py
 	$(UV) run --frozen python tests/benchmarks/bench_hashing.py
 	$(UV) run --frozen python tests/benchmarks/bench_search.py
+	$(UV) run --frozen python tests/benchmarks/bench_dedupe_quality.py
 
 validate: bootstrap
 	$(UV) run --frozen dagster definitions validate
