@@ -132,6 +132,7 @@ class SignalOwner:
         global _owner
         if not self._previous:
             return
+        self.reached.set()  # the command is over: no forced stop after it
         _owner = None
         if self._dagster:
             module, original = self._dagster
@@ -181,7 +182,7 @@ class SignalOwner:
             self.on_first(signum)
         finally:
             self.requested = True
-        if not self.reached.wait(FORCE_AFTER_SECONDS) and self._count == 1:
+        if not self.reached.wait(FORCE_AFTER_SECONDS) and self._count == 1 and _owner is self:
             self._armed = True
             # A real signal, so a main thread blocked in a sleep or a read wakes up for it.
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
