@@ -120,14 +120,19 @@ def kill_trials(home: Path, trials: list[tuple[str, float, float]]) -> list[dict
         hit = kill_at(home, step, budget=budget, delay=delay)
         assert hit["run_id"], f"the run ended before {step} started"
         hit["held"] = hit["run_id"] in hit["slots"]
+        # On a loaded machine the kill may come after the run's last event (the process was exiting).
+        hit["missed"] = run_status(home, hit["run_id"]) == "SUCCESS"
 
         err, took = next_run_completes(home)
-        # The dead run was cleaned up by the next run, which said so in one line.
-        assert run_status(home, hit["run_id"]) == "FAILURE", (step, err)
         cleaned = [line for line in err.splitlines() if hit["run_id"] in line]
-        assert len(cleaned) == 1 and "cleaned up after dead run" in cleaned[0] and "is gone" in cleaned[0], err
-        if hit["held"]:
-            assert "freed its `warehouse` pool slot" in cleaned[0]
+        if hit["missed"]:
+            assert not cleaned and not hit["held"], err
+        else:
+            # The dead run was cleaned up by the next run, which said so in one line.
+            assert run_status(home, hit["run_id"]) == "FAILURE", (step, err)
+            assert len(cleaned) == 1 and "cleaned up after dead run" in cleaned[0] and "is gone" in cleaned[0], err
+            if hit["held"]:
+                assert "freed its `warehouse` pool slot" in cleaned[0]
         assert warehouse_slots(home) == []
         assert not (home / "dagster" / "leases" / hit["run_id"]).exists()
         assert_whole(home)
@@ -145,7 +150,8 @@ def test_a_run_killed_at_each_step_never_blocks_the_next(warm_homes):
     with ThreadPoolExecutor(len(streams)) as pool:
         results = [r for part in pool.map(kill_trials, warm_homes, streams) for r in part]
     for r in results:
-        print(f"killed in {r['step']} (+{r['delay'] * 1000:.0f} ms): inside={r['inside']} slot held={r['held']}; "
+        print(f"killed in {r['step']} (+{r['delay'] * 1000:.0f} ms): inside={r['inside']} slot held={r['held']} "
+              f"missed={r['missed']}; "
               f"next run {r['next_run']:.1f}s")
     inside_publish = sum(r["inside"] for r in results if r["step"] == "warehouse_release")
     wedged = sum(r["held"] for r in results)
