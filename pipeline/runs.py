@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Optional
 import dagster as dg
 
 from pipeline.liveness import HOST, Busy, Heartbeat, Holder, heartbeat_of, pid_exists, process_start
+from pipeline.staging import write_text_atomic
 from pipeline.stopping import stop_point
 
 IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
@@ -52,9 +53,7 @@ class Lease:
         self.holder = Holder.me(label)
         self.path = lease_dir(instance, run_id) / f"{self.holder.host}-{self.holder.pid}.json"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(self.holder.to_json())
-        tmp.replace(self.path)
+        write_text_atomic(self.path, self.holder.to_json())
         self.heartbeat = Heartbeat(self.path).start()
 
     def release(self) -> None:
