@@ -1,20 +1,25 @@
-"""Dedupe assets: perceptual hashes of every image of both datasets → clusters and contamination."""
+"""Dedupe assets: hashes and verification signatures of every image of both datasets → clusters
+and contamination, by the one engine (pipeline/dedupe/engine.py)."""
 
 import time
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from pipeline.dedupe.decisions import find_duplicates
+from pipeline.dedupe.decisions import HASHES_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, thumb_file
+from pipeline.dedupe.engine import ENGINE_VERSION, ROUTES
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import read_staged, write_staged
+from pipeline.staging import read_staged, write_staged, write_staged_stream
+from pipeline.stopping import stop_point
 
 from assets.common import bars, plain_counts, preview, reuse_or_run, staging_key
 
 GROUP = "dedupe"
+NEAR_MISSES = 1000  # rejected candidate pairs kept for review, best scores first
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="1")
+@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="2")
 def image_hashes(
     context: dg.AssetExecutionContext,
     rewardhouse: RewardhouseResource,
@@ -23,47 +28,93 @@ def image_hashes(
 ) -> dg.Output[dict]:
     """sha256, 64-bit pHash and dHash, width and height of every decodable image of both datasets,
     gathered from the steps that read them: each image is decoded once, where it is checked
-    (`mmrb2_task_images` per task, straight from the zip; `visualprm_images`)."""
+    (`mmrb2_task_images` per task, straight from the zip; `visualprm_images`). Beside the published
+    table, the engine's signatures (region hashes, flat flag, 64x64 thumbnail) are staged."""
+    sources = [mmrb2_images["internal"]["image_hashes"], visualprm_images["internal"]["image_hashes"]]
     key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["internal"]})
     out = rewardhouse.layout().staging / "image_hashes" / key
 
     def compute():
-        staged = read_staged({"m": mmrb2_images["internal"]["image_hashes"], "v": visualprm_images["internal"]["image_hashes"]})
-        tables = {"image_hashes": pa.concat_tables([staged["m"], staged["v"]])}
-        metadata = {**plain_counts(tables), **{f"hashed_{d}": t.num_rows for d, t in (("mmrb2", staged["m"]), ("visualprm", staged["v"]))},
-                    "preview": preview(tables["image_hashes"], columns=["dataset", "image_key", "phash", "width", "height"])}
-        return {"tables": write_staged(out, tables)}, metadata
+        published = pa.concat_tables([pq.read_table(p, columns=HASHES_SCHEMA.names) for p in sources])
+        tables = {"image_hashes": published.cast(HASHES_SCHEMA)}
+        signatures = write_staged_stream(out / "internal" / "image_signatures.parquet", sources, SIGNATURE_SCHEMA)
+        counts = published.group_by("dataset").aggregate([("image_key", "count")]).to_pylist()
+        metadata = {**plain_counts(tables), **{f"hashed_{c['dataset']}": c["image_key_count"] for c in counts},
+                    "preview": preview(published, columns=["dataset", "image_key", "phash", "width", "height"])}
+        return {"tables": write_staged(out, tables), "internal": {"image_signatures": signatures}}, metadata
 
     return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1")
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="2")
 def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: dict) -> dg.Output[dict]:
-    """Exact search of every image pair within the pHash radius (banded, not quadratic), clusters
-    with a canonical image each, and VisualPRM images that are near-copies of MMRB2 images."""
+    """Candidate pairs from the exact multi-index search (pHash, crop and top/bottom region hashes
+    within the radius), each verified on the thumbnails (near | crop | overlay, with a score);
+    clusters whose every member is verified against the canonical image (no chaining); and
+    VisualPRM images that are the same as, or a verified near-copy of, an MMRB2 image."""
     settings = rewardhouse.settings()
-    key = staging_key(None, {"h": image_hashes["tables"], "r": settings.dedupe_max_distance})
+    signatures = image_hashes["internal"]["image_signatures"]
+    key = staging_key(None, {"h": image_hashes["tables"], "s": signatures, "r": settings.dedupe_max_distance,
+                             "engine": ENGINE_VERSION})
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
     def compute():
-        hashes = read_staged(image_hashes["tables"])["image_hashes"]
+        rows = pq.read_table(signatures, columns=[c for c in SIGNATURE_SCHEMA.names if c != "thumb"])
+        thumbs = thumb_file(signatures, out / "internal" / "thumbs.npy")
         start = time.perf_counter()
-        clusters, contamination = find_duplicates(hashes, settings.dedupe_max_distance)
+        clusters, contamination, result = find_duplicates(rows, settings.dedupe_max_distance, thumbs=thumbs, stop=stop_point)
         seconds = time.perf_counter() - start
         tables = {"duplicate_clusters": clusters, "contamination": contamination}
+        internal = {"near_misses": near_misses(rows, result)}
         kinds = clusters.group_by(["dataset", "kind"]).aggregate([("image_key", "count")]).to_pylist() if clusters.num_rows else []
         n_clusters = len(set(clusters["cluster_id"].to_pylist()))
-        summary = [(f"{k['dataset']} {k['kind'] or 'canonical'}", k["image_key_count"] / max(hashes.num_rows, 1),
-                    f"{k['image_key_count']} of {hashes.num_rows} hashed images") for k in kinds]
+        n = max(rows.num_rows, 1)
+        summary = [(f"{k['dataset']} {k['kind'] or 'canonical'}", k["image_key_count"] / n,
+                    f"{k['image_key_count']} of {rows.num_rows} hashed images") for k in kinds]
+        engine = {}
+        if result is not None:
+            engine = {
+                "candidates": result.candidates,
+                "verified": result.verified,
+                "rejected_by_verification": result.candidates - result.verified,
+                "checked_against_canonical": result.clustering.late_checks,
+                "split_off_no_chaining": result.clustering.split_off,
+                "flat_images_exact_only": result.flat_nodes,
+            }
         metadata = {
             **plain_counts(tables),
             "max_distance": settings.dedupe_max_distance,
             "clusters": n_clusters,
-            "search_seconds": round(seconds, 3),
-            "dedupe_summary": bars(summary + [("contamination pairs", min(contamination.num_rows / max(hashes.num_rows, 1), 1.0),
+            **engine,
+            "engine_seconds": round(seconds, 3),
+            "dedupe_summary": bars(summary + [("contamination pairs", min(contamination.num_rows / n, 1.0),
                                                 str(contamination.num_rows))]),
             "contamination_preview": preview(contamination),
         }
-        return {"tables": write_staged(out, tables)}, metadata
+        return {"tables": write_staged(out, tables), "internal": write_staged(out / "internal", internal)}, metadata
 
     return reuse_or_run(context, out, compute)
+
+
+NEAR_MISS_SCHEMA = pa.schema([
+    ("dataset_a", pa.string()), ("image_key_a", pa.string()), ("dataset_b", pa.string()), ("image_key_b", pa.string()),
+    ("route", pa.string()), ("route_distance", pa.int32()), ("score", pa.float32()),
+])
+
+
+def near_misses(rows: pa.Table, result) -> pa.Table:
+    """The candidate pairs verification refused, best scores first (at most NEAR_MISSES)."""
+    if result is None or len(result.rejected) == 0:
+        return NEAR_MISS_SCHEMA.empty_table()
+    import numpy as np
+
+    r = result.rejected
+    top = np.argsort(-r.score, kind="stable")[:NEAR_MISSES]
+    rep = result.node_rep
+    a, b = rep[r.a[top]], rep[r.b[top]]
+    ds, keys = rows["dataset"], rows["image_key"]
+    return pa.table({
+        "dataset_a": ds.take(a), "image_key_a": keys.take(a), "dataset_b": ds.take(b), "image_key_b": keys.take(b),
+        "route": pa.array([ROUTES[i] for i in r.route[top]]), "route_distance": pa.array(r.distance[top].astype(np.int32)),
+        "score": pa.array(r.score[top], pa.float32()),
+    }, schema=NEAR_MISS_SCHEMA)

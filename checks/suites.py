@@ -42,11 +42,14 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
+from pipeline.dedupe.verify import KINDS as DEDUPE_KINDS
+
 if TYPE_CHECKING:  # GX takes seconds to import: only validate_tables/build_suite pay for it.
     import great_expectations as gx
     import pandas as pd
 
 log = logging.getLogger(__name__)
+
 
 SUITE_TABLES: tuple[str, ...] = (
     "mmrb2_pairs",
@@ -128,9 +131,10 @@ COLUMNS: dict[str, dict[str, str]] = {
     },
     "duplicate_clusters": {
         "cluster_id": STRING, "dataset": STRING, "image_key": STRING, "is_canonical": BOOL,
-        "distance_to_canonical": INT, "kind": STRING,
+        "distance_to_canonical": INT, "kind": STRING, "score": FLOAT,
     },
-    "contamination": {"train_image_key": STRING, "eval_image_key": STRING, "distance": INT},
+    "contamination": {"train_image_key": STRING, "eval_image_key": STRING, "distance": INT, "kind": STRING,
+                      "score": FLOAT},
     "quarantine": {"dataset": STRING, "stage": STRING, "record_key": STRING, "reason": STRING},
 }
 assert set(COLUMNS) == set(SUITE_TABLES)
@@ -372,18 +376,23 @@ def _duplicate_clusters(r: _Rules, limits: Limits) -> list:
         *r.not_null("cluster_id", "dataset", "image_key", "is_canonical", "distance_to_canonical"),
         *r.unique("dataset", "image_key"),
         *r.in_set("dataset", ("mmrb2", "visualprm")),
-        *r.in_set("kind", ("exact", "near")),
+        *r.in_set("kind", DEDUPE_KINDS),
         *r.between("distance_to_canonical", 0, HASH_BITS),
         *r.null("kind", when=canonical == True),  # noqa: E712
         *r.not_null("kind", when=canonical == False),  # noqa: E712
+        *r.null("score", when=canonical == True),  # noqa: E712
+        *r.not_null("score", when=canonical == False),  # noqa: E712
+        *r.between("score", -1.0, 1.0),
     ]
 
 
 def _contamination(r: _Rules, limits: Limits) -> list:
     return [
-        *r.not_null("train_image_key", "eval_image_key", "distance"),
+        *r.not_null("train_image_key", "eval_image_key", "distance", "kind", "score"),
         *r.unique("train_image_key", "eval_image_key"),
         *r.between("distance", 0, HASH_BITS),
+        *r.in_set("kind", DEDUPE_KINDS),
+        *r.between("score", -1.0, 1.0),
     ]
 
 

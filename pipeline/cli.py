@@ -356,11 +356,19 @@ def cmd_score(args) -> int:
 def cmd_dedupe(args) -> int:
     import time
 
-    from pipeline.dedupe.folder import dedupe_folder
+    from pipeline.dedupe.folder import dedupe_folder, explain_pair
 
     root = Path(args.dir)
     if not root.is_dir():
         return _fail(f"{root} is not a directory", 2)
+    if args.explain:
+        a, b = (p if p.is_absolute() or p.exists() else root / p for p in map(Path, args.explain))
+        for path in (a, b):
+            if not path.is_file():
+                return _fail(f"{path} is not a file", 2)
+        lines, duplicate = explain_pair(a, b, args.max_distance)
+        print("\n".join(lines))
+        return 0 if duplicate is not None else 1
     started = time.perf_counter()
 
     def progress(done: int, total: int, rate: float) -> None:
@@ -375,9 +383,11 @@ def cmd_dedupe(args) -> int:
         Path(args.output).write_text(text)
     else:
         sys.stdout.write(text)
+    kinds = result.kinds()
     print(
-        f"{len(result.rows)} images, {result.clusters} clusters, {result.duplicates} duplicates within "
-        f"{args.max_distance} bits, {len(result.errors)} unreadable ({time.perf_counter() - started:.1f}s)"
+        f"{len(result.rows)} images, {result.clusters} clusters, {result.duplicates} duplicates"
+        + (f" ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})" if kinds else "")
+        + f", {len(result.errors)} unreadable ({time.perf_counter() - started:.1f}s)"
         + (f"; wrote {args.output}" if args.output else ""),
         file=sys.stderr,
     )
@@ -465,7 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     dd = sub.add_parser("dedupe", help="find exact and near-duplicate images in any folder (CSV out)")
     dd.add_argument("dir")
-    dd.add_argument("--max-distance", type=int, default=DEFAULT_MAX_DISTANCE, help="pHash Hamming radius in bits")
+    dd.add_argument("--max-distance", type=int, default=DEFAULT_MAX_DISTANCE,
+                    help="candidate search radius in hash bits (every candidate is then verified)")
+    dd.add_argument("--explain", nargs=2, metavar=("A", "B"),
+                    help="print how the engine judges two files (paths relative to DIR or absolute) and exit")
     dd.add_argument("--output", help="CSV file to write (default: standard output)")
     dd.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
     dd.set_defaults(func=cmd_dedupe)

@@ -39,3 +39,16 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def read_staged(paths: dict[str, str]) -> dict[str, pa.Table]:
     return {name: pq.read_table(path) for name, path in paths.items()}
+
+
+def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch_rows: int = 8192) -> str:
+    """Concatenate staged Parquet files into one, batch by batch (memory: one batch, not the
+    tables), written to a temporary name and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.parquet")
+    with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        for source in sources:
+            for batch in pq.ParquetFile(source).iter_batches(batch_size=batch_rows, columns=schema.names):
+                writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+    os.replace(tmp, path)
+    return str(path)

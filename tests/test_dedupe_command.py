@@ -36,7 +36,7 @@ def test_folder_with_copies_and_a_broken_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "skipped unreadable broken.jpg" in err and "Traceback" not in err
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
-    assert list(rows[0]) == ["path", "cluster_id", "is_canonical", "distance"]
+    assert list(rows[0]) == ["path", "cluster_id", "is_canonical", "distance", "kind", "score"]
     by_path = {r["path"]: r for r in rows}
     assert set(by_path) == {"a.jpg", "sub/a_exact.jpg", "sub/a_small.png", "a_bright.webp", "b.bmp", "c.gif"}
     family = {by_path[p]["cluster_id"] for p in ("a.jpg", "sub/a_exact.jpg", "sub/a_small.png", "a_bright.webp")}
@@ -46,3 +46,35 @@ def test_folder_with_copies_and_a_broken_file(tmp_path, capsys):
     assert len(canon) == 1 and canon[0] in ("a.jpg", "sub/a_exact.jpg", "a_bright.webp")  # full-size ones
     assert by_path["b.bmp"]["is_canonical"] == "true" and by_path["b.bmp"]["distance"] == "0"
     assert int(by_path["sub/a_small.png"]["distance"]) <= 8
+    kinds = {p: by_path[p]["kind"] for p in ("a.jpg", "sub/a_exact.jpg", "sub/a_small.png", "a_bright.webp") if p != canon[0]}
+    exact_pair = {"a.jpg", "sub/a_exact.jpg"}
+    for p, kind in kinds.items():
+        if p in exact_pair and canon[0] in exact_pair:
+            assert kind == "exact" and by_path[p]["score"] == "1.0000"
+        else:
+            assert kind == "near" and 0.965 <= float(by_path[p]["score"]) <= 1.0
+    assert by_path["b.bmp"]["kind"] == "" and by_path["b.bmp"]["score"] == ""
+    assert "1 unreadable" in err and "duplicates (" in err
+
+
+def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
+    from tests.dedupe_images import bar_chart, caption, encode, photo
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    (d / "photo.jpg").write_bytes(encode(photo(5), "JPEG", 90))
+    (d / "photo_caption.jpg").write_bytes(encode(caption(photo(5), "bottom-right"), "JPEG", 90))
+    (d / "chart.png").write_bytes(encode(bar_chart([0.3, 0.8, 0.5, 0.6])))
+    (d / "other.png").write_bytes(encode(bar_chart([0.7, 0.2, 0.4, 0.9])))  # same layout, other data
+
+    assert main(["dedupe", str(d), "--explain", "photo.jpg", str(d / "photo_caption.jpg")]) == 0
+    out = capsys.readouterr().out
+    assert "candidate search, Hamming distance per route (radius 8): phash " in out
+    assert "accepted as overlay: bottom-right" in out and out.rstrip().endswith("\nduplicates")
+
+    assert main(["dedupe", str(d), "--explain", "chart.png", "other.png"]) == 0
+    out = capsys.readouterr().out
+    assert "rejected by verification" in out and out.rstrip().endswith("not duplicates")
+
+    assert main(["dedupe", str(d), "--explain", "chart.png", "missing.png"]) == 2
+    assert "missing.png is not a file" in capsys.readouterr().err

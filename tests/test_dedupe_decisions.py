@@ -2,44 +2,43 @@
 
 import pyarrow as pa
 
-from pipeline.dedupe.decisions import HASHES_SCHEMA, find_duplicates, mark_samples
+from pipeline.dedupe.decisions import SIGNATURE_SCHEMA, find_duplicates, mark_samples
 
-H = 0x0F0F_0F0F_0F0F_0F0F
-
-
-def flip(h: int, bits: int) -> int:
-    """h with its lowest `bits` bits flipped, as a signed int64."""
-    u = (h ^ ((1 << bits) - 1)) & (2**64 - 1)
-    return u - 2**64 if u >= 2**63 else u
-
-
-def hashes(rows):
-    return pa.Table.from_pylist(
-        [{"dataset": d, "image_key": k, "sha256": s, "phash": p, "dhash": 0, "width": w, "height": w, "bytes": 100}
-         for d, k, s, p, w in rows],
-        schema=HASHES_SCHEMA,
-    )
+from tests.dedupe_images import bar_chart, crop, encode, half, photo, signatures
 
 
 def test_clusters_span_datasets_and_contamination_lists_train_eval_pairs():
-    table = hashes([
-        ("mmrb2", "eval.jpg", "e", flip(H, 0), 512),
-        ("visualprm", "train/copy.jpg", "t1", flip(H, 3), 256),     # near-copy of the eval image
-        ("visualprm", "train/exact.jpg", "t1", flip(H, 3), 256),    # byte-identical to copy.jpg
-        ("visualprm", "train/other.jpg", "o", flip(~H, 0), 256),    # far from everything
-    ])
-    clusters, contamination = find_duplicates(table, max_distance=4)
+    original = photo(1)
+    eval_bytes = encode(original, "JPEG", 92)
+    copy = encode(half(original), "JPEG", 80)  # a smaller re-encode: near
+    cropped = encode(crop(original, 0.04), "PNG")  # 4 % off each side: crop
+    table = pa.concat_tables([
+        signatures({"eval.jpg": eval_bytes}, "mmrb2"),
+        signatures({"train/copy.jpg": copy, "train/exact.jpg": copy, "train/crop.png": cropped,
+                    "train/other.png": encode(photo(2)), "train/chart.png": encode(bar_chart([0.2, 0.9, 0.5]))},
+                   "visualprm"),
+    ]).cast(SIGNATURE_SCHEMA)
+    clusters, contamination, result = find_duplicates(table, max_distance=8)
     rows = {r["image_key"]: r for r in clusters.to_pylist()}
-    assert set(rows) == {"eval.jpg", "train/copy.jpg", "train/exact.jpg"}
+    assert set(rows) == {"eval.jpg", "train/copy.jpg", "train/exact.jpg", "train/crop.png"}
     assert len({r["cluster_id"] for r in rows.values()}) == 1
-    assert rows["eval.jpg"]["is_canonical"] and rows["eval.jpg"]["kind"] is None  # largest image wins
-    assert (rows["train/copy.jpg"]["kind"], rows["train/copy.jpg"]["distance_to_canonical"]) == ("near", 3)
+    assert rows["eval.jpg"]["is_canonical"] and rows["eval.jpg"]["kind"] is None and rows["eval.jpg"]["score"] is None
+    assert rows["train/copy.jpg"]["kind"] == rows["train/exact.jpg"]["kind"] == "near"
+    assert rows["train/crop.png"]["kind"] == "crop"
+    assert all(r["score"] >= 0.965 for k, r in rows.items() if k != "eval.jpg")
+    got = {(r["train_image_key"], r["eval_image_key"]): r["kind"] for r in contamination.to_pylist()}
+    assert got == {("train/copy.jpg", "eval.jpg"): "near", ("train/exact.jpg", "eval.jpg"): "near",
+                   ("train/crop.png", "eval.jpg"): "crop"}
+    assert result.flat_nodes == 0 and result.nodes == 5  # copy.jpg and exact.jpg are one node
+
+
+def test_identical_bytes_across_datasets_are_exact_contamination():
+    data = encode(photo(3), "JPEG", 90)
+    table = pa.concat_tables([signatures({"e.jpg": data}, "mmrb2"), signatures({"t.jpg": data}, "visualprm")])
+    clusters, contamination, _ = find_duplicates(table, max_distance=8)
     assert contamination.to_pylist() == [
-        {"train_image_key": "train/copy.jpg", "eval_image_key": "eval.jpg", "distance": 3},
-        {"train_image_key": "train/exact.jpg", "eval_image_key": "eval.jpg", "distance": 3},
-    ]
-    _, none = find_duplicates(table, max_distance=2)
-    assert none.num_rows == 0
+        {"train_image_key": "t.jpg", "eval_image_key": "e.jpg", "distance": 0, "kind": "exact", "score": 1.0}]
+    assert sorted((r["image_key"], r["kind"]) for r in clusters.to_pylist()) == [("e.jpg", None), ("t.jpg", "exact")]
 
 
 def _samples(rows):
@@ -64,7 +63,8 @@ def test_rollouts_sharing_an_image_are_not_duplicates_unless_question_and_steps_
     steps = _steps([("r0", ["x = 2", "So 2."]), ("r1", ["x = 3", "So 3."]), ("r2", ["X = 2", "so  2."]), ("r3", ["x = 2", "So 2."])])
     images = pa.table({"image_key": ["a.jpg", "a_copy.jpg", "b.jpg"], "sha256": ["s1", "s2", "s3"]})
     clusters = pa.table({"cluster_id": ["c1", "c1"], "dataset": ["visualprm", "visualprm"], "image_key": ["a.jpg", "a_copy.jpg"],
-                         "is_canonical": [True, False], "distance_to_canonical": [0, 2], "kind": [None, "near"]})
+                         "is_canonical": [True, False], "distance_to_canonical": [0, 2], "kind": [None, "near"],
+                         "score": pa.array([None, 0.99], pa.float32())})
     contamination = pa.table({"train_image_key": ["b.jpg"], "eval_image_key": ["e.jpg"], "distance": [1]})
     out = {r["sample_id"]: r for r in mark_samples(samples, steps, images, clusters, contamination).to_pylist()}
     assert [out[s]["is_duplicate"] for s in ("r0", "r1", "r2", "r3")] == [False, False, True, False]

@@ -29,7 +29,11 @@ def test_hashes_are_integer_columns_usable_in_sql(root):
     assert q(root, "select typeof(phash), typeof(dhash) from image_hashes limit 1") == [("BIGINT", "BIGINT")]
     datasets = dict(q(root, "select dataset, count(*) from image_hashes group by 1"))
     assert datasets["mmrb2"] == 79 and datasets["visualprm"] > 0  # every decodable MMRB2 image
-    assert q(root, "select count(*) from image_hashes where bit_count(xor(phash, phash)) <> 0") == [(0,)]
+    # The SQL distance of a planted pair is the one computed in Python from the same two hashes.
+    original, copy = visualprm_sample.CROPPED_COPY
+    (sql_distance, a, b), = q(root, """select bit_count(xor(x.phash, y.phash)), x.phash, y.phash from image_hashes x, image_hashes y
+                                     where x.image_key = ? and y.image_key = ?""", [original, copy])
+    assert a != b and sql_distance == bin((a ^ b) & (2**64 - 1)).count("1") > 0
 
 
 @pytest.mark.parametrize("dataset, pair", ALL_PAIRS, ids=[f"{d}:{p[1]}" for d, p in ALL_PAIRS])
@@ -38,6 +42,27 @@ def test_every_planted_copy_lands_in_the_cluster_of_its_original(root, dataset, 
     rows = dict(q(root, "select image_key, cluster_id from duplicate_clusters where dataset = ? and image_key in (?, ?)",
                   [dataset, original, copy]))
     assert set(rows) == {original, copy} and rows[original] == rows[copy]
+
+
+PLANTED_KINDS = {visualprm_sample.EXACT_DUPLICATE_PATHS: "exact", visualprm_sample.NEAR_DUPLICATE_PATHS: "near",
+                 visualprm_sample.CROPPED_COPY: "crop", visualprm_sample.BRIGHTENED_COPY: "near"}
+
+
+@pytest.mark.parametrize("pair, kind", PLANTED_KINDS.items(), ids=list(PLANTED_KINDS.values()))
+def test_planted_copies_name_the_rule_that_accepted_them(root, pair, kind):
+    rows = q(root, "select image_key, is_canonical, kind, score from duplicate_clusters where image_key in (?, ?)", list(pair))
+    (canonical, member), = [(r, m) for r in rows for m in rows if r[1] and not m[1]]
+    assert canonical[2:] == (None, None)
+    assert member[2] == kind and (member[3] == 1.0 if kind == "exact" else 0.965 <= member[3] <= 1.0)
+
+
+@pytest.mark.parametrize("pair", visualprm_sample.LOOKALIKE_PAIRS, ids=["geometry", "chart"])
+def test_unrelated_look_alikes_stay_apart(root, pair):
+    """Candidates of the search (test_source_visualprm_sample shows it) that verification refuses."""
+    assert q(root, "select count(*) from image_hashes where image_key in (?, ?)", list(pair)) == [(2,)]
+    clusters = q(root, "select image_key, cluster_id from duplicate_clusters where image_key in (?, ?)", list(pair))
+    assert len({c for _, c in clusters}) == len(clusters)  # not in one cluster (or in none)
+    assert q(root, "select count(*) from contamination where train_image_key in (?, ?)", list(pair)) == [(0,)]
 
 
 def test_each_cluster_has_one_canonical_and_kinds_follow_bytes(root):
@@ -49,8 +74,8 @@ def test_each_cluster_has_one_canonical_and_kinds_follow_bytes(root):
 
 def test_the_planted_train_eval_near_copy_is_contamination(root):
     train, eval_ = visualprm_sample.CONTAMINATED
-    rows = q(root, "select distance from contamination where train_image_key = ? and eval_image_key = ?", [train, eval_])
-    assert len(rows) == 1 and rows[0][0] <= 8
+    rows = q(root, "select distance, kind, score from contamination where train_image_key = ? and eval_image_key = ?", [train, eval_])
+    assert len(rows) == 1 and rows[0][0] <= 8 and rows[0][1] == "near" and 0.965 <= rows[0][2] <= 1.0
     flagged = q(root, "select count(*) from prm_samples where is_contaminated")[0][0]
     users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [train])[0][0]
     assert flagged == users > 0

@@ -530,6 +530,29 @@ def test_no_other_two_images_of_both_samples_are_near_in_phash(rows, mmrb2_image
     assert len(names) >= 100
 
 
+def test_lookalikes_are_candidates_that_verification_refuses(rows):
+    """Each planted look-alike pair is within the search radius on one route (a real test of the
+    verification, not of the search) and is refused: different content from one template."""
+    from pipeline.dedupe.engine import phash_distance
+    from pipeline.dedupe.hashing import hash_bytes
+    from pipeline.dedupe.verify import compare
+
+    assert [tuple(p) for p in vs.LOOKALIKE_PAIRS] == [
+        ("geoqa+/images/10579.png", "geoqa+/images/11111.png"),
+        ("chartqa/train/png/two_col_38228.png", "chartqa/train/png/two_col_15672.png")]
+    embedded = _embedded(rows)
+    for first, second in vs.LOOKALIKE_PAIRS:
+        a, b = hash_bytes(first, embedded[first]), hash_bytes(second, embedded[second])
+        d = lambda x, y: int(phash_distance(np.array([x]), np.array([y]))[0])  # noqa: E731
+        routes = [d(a.phash, b.phash), d(a.crop_hash, b.phash), d(a.phash, b.crop_hash), d(a.top_hash, b.top_hash),
+                  d(a.bottom_hash, b.bottom_hash)]
+        assert min(routes) <= 8 < routes[0], (first, routes)
+        thumbs = [np.frombuffer(h.thumb, np.uint8).reshape(1, 64, 64) for h in (a, b)]
+        verdict = compare(*thumbs, np.array([a.width / a.height]), np.array([b.width / b.height]),
+                          np.array([[a.chroma_cb, a.chroma_cr]]), np.array([[b.chroma_cb, b.chroma_cr]]))
+        assert not verdict.accepted[0] and verdict.score[0] < 0.96, (first, verdict.score[0])
+
+
 def test_exactly_one_duplicate_sample(table, rows, expected):
     kept, dup = vs.DUPLICATE_SAMPLE_IDS
     ids = table.column("id").to_pylist()

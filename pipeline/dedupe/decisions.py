@@ -1,8 +1,11 @@
 """Dedupe decisions over hashed images of both datasets (plain Python + DuckDB, no Dagster).
 
-- `duplicate_clusters`: union-find over every pair within the pHash radius (identical bytes are
-  distance 0); only clusters of two or more images are listed; the canonical rule is in clusters.py.
-- `contamination`: VisualPRM (train) images within the radius of an MMRB2 (eval) image.
+- `duplicate_clusters`: the engine's clusters (engine.py: candidate search, verification,
+  clusters without chaining); only clusters of two or more images are listed; `kind` says which
+  rule accepted each member against the canonical (exact | near | crop | overlay) and `score` its
+  verification score; the canonical rule is in clusters.py.
+- `contamination`: VisualPRM (train) images that are the same bytes as, or an accepted pair with,
+  an MMRB2 (eval) image, directly (never through a third image).
 - Samples: VisualPRM rollouts share images by design, so a *sample* is a duplicate only when its
   images (by cluster), its normalised question and its normalised steps all equal those of an
   earlier sample (row order); the earliest one is kept.
@@ -10,13 +13,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedupe.clusters import canonical_table, connected_components
-from pipeline.dedupe.hashing import HashedImage
-from pipeline.dedupe.search import near_pairs
+from pipeline.dedupe.engine import Dedupe, dedupe
+from pipeline.dedupe.hashing import THUMB_SIDE, HashedImage, is_flat
 
 EVAL_DATASET, TRAIN_DATASET = "mmrb2", "visualprm"
 
@@ -32,15 +36,37 @@ HASHES_SCHEMA = pa.schema(
         ("bytes", pa.int64()),
     ]
 )
+# What the engine reads beside the published hashes (staged, not published): region hashes, the
+# flat flag and the 64x64 thumbnail (4,096 bytes).
+SIGNATURE_SCHEMA = pa.schema(
+    list(HASHES_SCHEMA)
+    + [
+        ("crop_hash", pa.int64()),
+        ("top_hash", pa.int64()),
+        ("bottom_hash", pa.int64()),
+        ("flat", pa.bool_()),
+        ("chroma_cb", pa.float32()),
+        ("chroma_cr", pa.float32()),
+        ("thumb", pa.binary(THUMB_SIDE * THUMB_SIDE)),
+    ]
+)
 
 
 def hashes_table(dataset: str, hashed: list[HashedImage], sizes: dict[str, int]) -> pa.Table:
-    """`image_hashes` rows for the images of one dataset that decoded (`sizes`: bytes by key)."""
+    """Signature rows (SIGNATURE_SCHEMA) for the images of one dataset that decoded (`sizes`:
+    bytes by key). `published_hashes` keeps the published columns."""
     return pa.Table.from_pylist(
         [{"dataset": dataset, "image_key": h.key, "sha256": h.sha256, "phash": h.phash, "dhash": h.dhash,
-          "width": h.width, "height": h.height, "bytes": sizes.get(h.key)} for h in hashed if h.error is None],
-        schema=HASHES_SCHEMA,
+          "width": h.width, "height": h.height, "bytes": sizes.get(h.key), "crop_hash": h.crop_hash,
+          "top_hash": h.top_hash, "bottom_hash": h.bottom_hash,
+          "flat": is_flat(np.frombuffer(h.thumb, np.uint8)), "chroma_cb": h.chroma_cb, "chroma_cr": h.chroma_cr,
+          "thumb": h.thumb} for h in hashed if h.error is None],
+        schema=SIGNATURE_SCHEMA,
     )
+
+
+def published_hashes(signatures: pa.Table) -> pa.Table:
+    return signatures.select(HASHES_SCHEMA.names)
 
 
 CLUSTERS_SCHEMA = pa.schema(
@@ -50,63 +76,103 @@ CLUSTERS_SCHEMA = pa.schema(
         ("image_key", pa.string()),
         ("is_canonical", pa.bool_()),
         ("distance_to_canonical", pa.int32()),
-        ("kind", pa.string()),  # exact | near; NULL for the canonical itself
+        ("kind", pa.string()),  # exact | near | crop | overlay; NULL for the canonical itself
+        ("score", pa.float32()),  # verification score against the canonical (1 for exact); NULL for the canonical
     ]
 )
 CONTAMINATION_SCHEMA = pa.schema(
-    [("train_image_key", pa.string()), ("eval_image_key", pa.string()), ("distance", pa.int32())]
+    [
+        ("train_image_key", pa.string()),
+        ("eval_image_key", pa.string()),
+        ("distance", pa.int32()),  # pHash Hamming distance
+        ("kind", pa.string()),  # exact | near | crop | overlay
+        ("score", pa.float32()),
+    ]
 )
 
 
-def cluster_hashes(phash: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Table]:
-    """Cluster labels for every image, searching over *distinct* hash values only.
+class ThumbColumn:
+    """`thumbs[rows]` over a table's fixed-size binary thumbnail column."""
 
-    Many images can share one hash (exact copies; 4 rollouts embedding the same bytes), and
-    listing every pair of a group of k would cost k^2. So the search runs on distinct values;
-    images join their value's first image (a star), and near values join value to value.
-    Returns (labels per image, distinct values, value index per image, value pairs a<b+distance)."""
-    values, first, inverse = np.unique(phash, return_index=True, return_inverse=True)
-    vpairs = near_pairs(np.arange(len(values), dtype=np.int64), values, max_distance)
-    n = len(phash)
-    star_a = np.arange(n, dtype=np.int64)
-    star_b = first[inverse].astype(np.int64)
-    a = np.concatenate([star_a, first[vpairs["a"].to_numpy()].astype(np.int64)])
-    b = np.concatenate([star_b, first[vpairs["b"].to_numpy()].astype(np.int64)])
-    return connected_components(n, a, b), values, inverse, vpairs
+    def __init__(self, column: pa.ChunkedArray | pa.Array):
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if arr.null_count:
+            raise ValueError("thumbnail column has nulls")
+        width = arr.type.byte_width
+        self.data = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
+        self.data = self.data.reshape(len(arr), width)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return self.data[rows]
 
 
 _CONTAMINATION_SQL = f"""
-with value_pairs as (
-    select a as va, b as vb, distance from vpairs
-    union all select b, a, distance from vpairs
-    union all select distinct v, v, 0 from images
+with images as (select * from images_in),
+same_node as (
+    select t.image_key as train_image_key, e.image_key as eval_image_key, t.row as tr, e.row as er,
+           'exact' as kind, 1.0::float as score
+    from images t join images e on t.node = e.node
+    where t.dataset = '{TRAIN_DATASET}' and e.dataset = '{EVAL_DATASET}'
+),
+node_pairs as (
+    select a as va, b as vb, kind, score from accepted union all select b, a, kind, score from accepted
+),
+verified as (
+    select t.image_key, e.image_key, t.row, e.row, p.kind, p.score
+    from node_pairs p
+    join images t on t.node = p.va and t.dataset = '{TRAIN_DATASET}'
+    join images e on e.node = p.vb and e.dataset = '{EVAL_DATASET}'
 )
-select t.image_key as train_image_key, e.image_key as eval_image_key, p.distance::integer as distance
-from value_pairs p
-join images t on t.v = p.va and t.dataset = '{TRAIN_DATASET}'
-join images e on e.v = p.vb and e.dataset = '{EVAL_DATASET}'
+select train_image_key, eval_image_key, tr, er, kind, score from same_node
+union all select * from verified
 order by 1, 2
 """
 
 
-def find_duplicates(hashes: pa.Table, max_distance: int) -> tuple[pa.Table, pa.Table]:
-    """(duplicate_clusters, contamination) for a table in HASHES_SCHEMA."""
-    n = hashes.num_rows
-    if n == 0:
-        return CLUSTERS_SCHEMA.empty_table(), CONTAMINATION_SCHEMA.empty_table()
-    labels, _, inverse, vpairs = cluster_hashes(hashes["phash"].to_numpy(), max_distance)
-    sizes = np.bincount(labels, minlength=n)
-    members = hashes.append_column("node", pa.array(np.arange(n, dtype=np.int64)))
-    members = members.append_column("cluster", pa.array(labels.astype(np.int64)))
-    members = members.rename_columns([("hash" if c == "phash" else c) for c in members.column_names])
-    members = members.filter(pa.array(sizes[labels] > 1))
-    clusters = canonical_table(members).select(CLUSTERS_SCHEMA.names).cast(CLUSTERS_SCHEMA) if members.num_rows else CLUSTERS_SCHEMA.empty_table()
-
+def contamination_table(hashes: pa.Table, result: Dedupe) -> pa.Table:
     con = duckdb.connect()
-    con.register("vpairs", vpairs)
-    con.register("images", pa.table({"dataset": hashes["dataset"], "image_key": hashes["image_key"], "v": pa.array(inverse.astype(np.int64))}))
-    contamination = con.sql(_CONTAMINATION_SQL).to_arrow_table().cast(CONTAMINATION_SCHEMA)
-    return clusters, contamination
+    try:
+        con.register("images_in", pa.table({
+            "row": pa.array(np.arange(hashes.num_rows, dtype=np.int64)),
+            "dataset": hashes["dataset"], "image_key": hashes["image_key"],
+            "node": pa.array(result.node_of_row)}))
+        con.register("accepted", result.accepted)
+        found = con.sql(_CONTAMINATION_SQL).to_arrow_table()
+    finally:
+        con.close()
+    phash = hashes["phash"].to_numpy(zero_copy_only=False).astype(np.int64)
+    from pipeline.dedupe.engine import phash_distance
+
+    tr, er = found["tr"].to_numpy(), found["er"].to_numpy()
+    return pa.table({
+        "train_image_key": found["train_image_key"], "eval_image_key": found["eval_image_key"],
+        "distance": pa.array(phash_distance(phash[tr], phash[er]).astype(np.int32)),
+        "kind": found["kind"], "score": found["score"].cast(pa.float32()),
+    }, schema=CONTAMINATION_SCHEMA)
+
+
+def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None) -> Dedupe:
+    """The engine over signature rows; `thumbs` defaults to the table's own thumbnail column."""
+    return dedupe(signatures, thumbs if thumbs is not None else ThumbColumn(signatures["thumb"]), max_distance, stop)
+
+
+def clusters_table(signatures: pa.Table, result: Dedupe) -> pa.Table:
+    c = result.clusters
+    rows = c["row"].to_numpy()
+    return pa.table({
+        "cluster_id": c["cluster_id"],
+        "dataset": signatures["dataset"].take(rows), "image_key": signatures["image_key"].take(rows),
+        "is_canonical": c["is_canonical"], "distance_to_canonical": c["distance_to_canonical"],
+        "kind": c["kind"], "score": c["score"],
+    }, schema=CLUSTERS_SCHEMA)
+
+
+def find_duplicates(signatures: pa.Table, max_distance: int, thumbs=None, stop=None) -> tuple[pa.Table, pa.Table, Dedupe]:
+    """(duplicate_clusters, contamination, the engine's result) for rows in SIGNATURE_SCHEMA."""
+    if signatures.num_rows == 0:
+        return CLUSTERS_SCHEMA.empty_table(), CONTAMINATION_SCHEMA.empty_table(), None
+    result = run_engine(signatures, max_distance, thumbs, stop)
+    return clusters_table(signatures, result), contamination_table(signatures, result), result
 
 
 _MARK_SQL = r"""
@@ -156,3 +222,28 @@ def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters:
         order by s.row_index
         """
     ).to_arrow_table()
+
+
+def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.ndarray:
+    """The thumbnails of a staged signatures file as a memory-mapped (rows, 4096) uint8 array,
+    written batch by batch (memory: one batch; the engine pages in what it verifies)."""
+    import os
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(signatures_path)
+    rows = f.metadata.num_rows
+    width = THUMB_SIDE * THUMB_SIDE
+    tmp = out.with_name(f".{out.stem}.{uuid.uuid4().hex[:8]}.npy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(rows, width))
+    at = 0
+    for batch in f.iter_batches(batch_size=batch_rows, columns=["thumb"]):
+        part = ThumbColumn(batch.column(0)).data
+        arr[at:at + len(part)] = part
+        at += len(part)
+    arr.flush()
+    del arr
+    os.replace(tmp, out)
+    return np.load(out, mmap_mode="r")

@@ -1,4 +1,4 @@
-"""`rewardhouse dedupe DIR`: the dedupe engine on any folder of images."""
+"""`rewardhouse dedupe DIR`: the dedupe engine (engine.py, the pipeline's own) on any folder."""
 
 from __future__ import annotations
 
@@ -12,18 +12,21 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedupe.clusters import canonical_table
-from pipeline.dedupe.decisions import cluster_hashes
-from pipeline.dedupe.hashing import hash_files
+from pipeline.dedupe.engine import ROUTES, Dedupe, phash_distance
+from pipeline.dedupe.hashing import HashedImage, hash_files, is_flat
+from pipeline.settings import DEFAULT_MAX_DISTANCE
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"}
-CSV_HEADER = ("path", "cluster_id", "is_canonical", "distance")
+CSV_HEADER = ("path", "cluster_id", "is_canonical", "distance", "kind", "score")
 
 
 @dataclass
 class FolderDedupe:
-    rows: list[tuple[str, str, bool, int]] = field(default_factory=list)  # sorted by path
+    # (path, cluster_id, is_canonical, distance, kind, score), sorted by path; every image, a
+    # singleton being its own cluster (kind and score empty for canonicals and singletons)
+    rows: list[tuple] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    result: Dedupe | None = None
 
     @property
     def clusters(self) -> int:
@@ -33,11 +36,19 @@ class FolderDedupe:
     def duplicates(self) -> int:
         return sum(1 for r in self.rows if not r[2])
 
+    def kinds(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            if r[4]:
+                out[r[4]] = out.get(r[4], 0) + 1
+        return out
+
     def to_csv(self) -> str:
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(CSV_HEADER)
-        writer.writerows((p, c, "true" if canon else "false", d) for p, c, canon, d in self.rows)
+        writer.writerows((p, c, "true" if canon else "false", d, k or "", "" if s is None else f"{s:.4f}")
+                         for p, c, canon, d, k, s in self.rows)
         return buf.getvalue()
 
 
@@ -52,38 +63,92 @@ def image_files(root: Path) -> list[Path]:
     return found
 
 
-def dedupe_folder(
-    root: Path, max_distance: int, workers: int | None = None, progress: Callable[[int, int, float], None] | None = None
-) -> FolderDedupe:
+def signature_rows(hashed: list[HashedImage], sizes: list[int | None], dataset: str = "folder") -> pa.Table:
+    """The engine's input rows (engine.ROW_COLUMNS) and thumbnails for hashed images."""
+    return pa.table({
+        "dataset": pa.array([dataset] * len(hashed)),
+        "image_key": pa.array([h.key for h in hashed]),
+        "sha256": pa.array([h.sha256 for h in hashed]),
+        "phash": pa.array([h.phash for h in hashed], pa.int64()),
+        "crop_hash": pa.array([h.crop_hash for h in hashed], pa.int64()),
+        "top_hash": pa.array([h.top_hash for h in hashed], pa.int64()),
+        "bottom_hash": pa.array([h.bottom_hash for h in hashed], pa.int64()),
+        "width": pa.array([h.width for h in hashed], pa.int32()),
+        "height": pa.array([h.height for h in hashed], pa.int32()),
+        "bytes": pa.array(sizes, pa.int64()),
+        "flat": pa.array([is_flat(np.frombuffer(h.thumb, np.uint8)) for h in hashed]),
+        "chroma_cb": pa.array([h.chroma_cb for h in hashed], pa.float32()),
+        "chroma_cr": pa.array([h.chroma_cr for h in hashed], pa.float32()),
+    })
+
+
+def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers: int | None = None,
+                  progress: Callable[[int, int, float], None] | None = None) -> FolderDedupe:
+    from pipeline.dedupe.engine import dedupe
+
     files = image_files(root)
     results = hash_files([(p.relative_to(root).as_posix(), p) for p in files], workers=workers, progress=progress)
     out = FolderDedupe(errors=[(r.key, r.error) for r in results if r.error])
     ok = [r for r in results if not r.error]
     if not ok:
         return out
-    n = len(ok)
-    hashes = np.array([r.phash for r in ok], dtype=np.int64)
-    labels = cluster_hashes(hashes, max_distance)[0]
-    members = pa.table(
-        {
-            "node": pa.array(np.arange(n, dtype=np.int64)),
-            "cluster": pa.array(labels.astype(np.int64)),
-            "dataset": pa.array(["folder"] * n),
-            "image_key": pa.array([r.key for r in ok]),
-            "sha256": pa.array([r.sha256 for r in ok]),
-            "width": pa.array([r.width for r in ok], pa.int32()),
-            "height": pa.array([r.height for r in ok], pa.int32()),
-            "bytes": pa.array([(root / r.key).stat().st_size for r in ok], pa.int64()),
-            "hash": pa.array(hashes),
-        }
-    )
-    table = canonical_table(members)
-    out.rows = sorted(
-        zip(
-            table["image_key"].to_pylist(),
-            table["cluster_id"].to_pylist(),
-            table["is_canonical"].to_pylist(),
-            table["distance_to_canonical"].to_pylist(),
-        )
-    )
+    rows = signature_rows(ok, [(root / r.key).stat().st_size for r in ok])
+    thumbs = np.frombuffer(b"".join(r.thumb for r in ok), np.uint8).reshape(len(ok), -1)
+    result = dedupe(rows, thumbs, max_distance)
+    out.result = result
+    c = result.clusters
+    listed = {}
+    for row, cid, canon, dist, kind, score in zip(c["row"].to_pylist(), c["cluster_id"].to_pylist(),
+                                                  c["is_canonical"].to_pylist(), c["distance_to_canonical"].to_pylist(),
+                                                  c["kind"].to_pylist(), c["score"].to_pylist()):
+        listed[row] = (ok[row].key, cid, canon, dist, kind, score)
+    from pipeline.dedupe.engine import _cluster_id
+
+    out.rows = sorted(listed.get(i) or (r.key, _cluster_id("folder", r.key), True, 0, None, None) for i, r in enumerate(ok))
     return out
+
+
+def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> tuple[list[str], bool | None]:
+    """Lines that explain the engine's decision on two image files, and whether they are
+    duplicates (None: one of them could not be read)."""
+    from pipeline.dedupe.verify import explain
+
+    ha, hb = hash_files([(str(a), a), (str(b), b)], workers=1)
+    lines = []
+    for h in (ha, hb):
+        if h.error:
+            return [f"{h.key}: cannot be hashed: {h.error}"], None
+        lines.append(f"{h.key}: {h.width}x{h.height} {h.format}, sha256 {h.sha256[:16]}…")
+    if ha.sha256 == hb.sha256:
+        return lines + ["same bytes (sha256): exact duplicates"], True
+    ta, tb = (np.frombuffer(h.thumb, np.uint8).reshape(64, 64) for h in (ha, hb))
+    flat = (is_flat(ta), is_flat(tb))
+    d = {
+        "phash": int(phash_distance(np.array([ha.phash]), np.array([hb.phash]))[0]),
+        "crop": int(min(phash_distance(np.array([ha.crop_hash]), np.array([hb.phash]))[0],
+                        phash_distance(np.array([ha.phash]), np.array([hb.crop_hash]))[0])),
+        "top": int(phash_distance(np.array([ha.top_hash]), np.array([hb.top_hash]))[0]),
+        "bottom": int(phash_distance(np.array([ha.bottom_hash]), np.array([hb.bottom_hash]))[0]),
+    }
+    lines.append("candidate search, Hamming distance per route (radius " + str(max_distance) + "): "
+                 + ", ".join(f"{r} {d[r]}" for r in ROUTES))
+    if any(flat):
+        lines.append("flat image (no structure): only identical bytes count as a duplicate")
+        return lines + ["not duplicates"], False
+    candidate = min(d.values()) <= max_distance
+    if not candidate:
+        lines.append("not a candidate: no route within the radius")
+    e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr))
+    lines.append(f"verification: score {e['score']:.4f} (near/crop >= {e['thresholds']['near/crop']}, "
+                 f"overlay >= {e['thresholds']['overlay']}), mean grey {e['mean_grey'][0]} vs {e['mean_grey'][1]}, "
+                 f"spread {e['std_grey'][0]} vs {e['std_grey'][1]}")
+    if e["same_hue"] is False:
+        lines.append(f"different colours: mean chroma {e['mean_chroma'][0]} vs {e['mean_chroma'][1]} (Cb, Cr)")
+    if e["accepted"]:
+        how = {"near": "the whole frame", "crop": f"a crop of {e['crop_per_side'] * 100:.0f} % per side",
+               "overlay": f"{e['corner_left_out']} left out" + (f", crop {e['crop_per_side'] * 100:.0f} %" if e["crop_per_side"] else "")}
+        lines.append(f"accepted as {e['kind']}: {how[e['kind']]}")
+    else:
+        lines.append("rejected by verification")
+    duplicate = candidate and e["accepted"]
+    return lines + ["duplicates" if duplicate else "not duplicates"], duplicate

@@ -20,14 +20,12 @@ How these relate to imagehash on the same file:
   is rounded away so coefficients that are exactly 0 (flat or mirror-symmetric rows/columns,
   where scipy's FFT returns exact zeros) land on the same side of the median.
 - JPEGs are decoded at reduced scale (Pillow's `draft`: libjpeg's 1/2, 1/4 or 1/8 DCT scaling,
-  as grey, never below 32 px a side) before the same LANCZOS resize: about 40 % off the decode
-  (2.2 instead of 3.7 ms for an average 1000x750 JPEG here). The grey comes from the JPEG's Y channel instead of Pillow's RGB->L, and the shrink is
-  a block average before the LANCZOS, so a few bits differ from imagehash's. Measured on 30
-  photo-like JPEGs of 320x240..640x480 (tests/test_hashing.py): pHash mean 0.87 bits (max 6,
-  67 % identical), dHash mean 1.93 bits (max 7, 20 % identical; dHash compares neighbouring
-  pixels, which in smooth areas are within one grey level). `make bench` prints the same figures
-  for a few thousand 640x480..1600x1200 files. A larger draft target does not buy much
-  agreement (64 px: pHash 0.13, dHash 1.10 on the same 30).
+  as grey, never below 64 px a side, the verification thumbnail's size) before the same LANCZOS
+  resize: about 40 % off the decode (2.2 instead of 3.7 ms for an average 1000x750 JPEG here).
+  The grey comes from the JPEG's Y channel instead of Pillow's RGB->L, and the shrink is a block
+  average before the LANCZOS, so a few bits differ from imagehash's; tests/test_hashing.py
+  measures and bounds the difference on 30 photo-like JPEGs of 320x240..640x480, and `make
+  bench` prints the same figures for a few thousand 640x480..1600x1200 files.
 - 16-bit greyscale images are scaled to 8 bits before hashing (Pillow's convert("L") clips them
   at 255, which turns most of them white: imagehash gives such images one near-constant hash).
 - Like imagehash, EXIF orientation is not applied: a rotated-by-EXIF copy is a different image.
@@ -62,7 +60,7 @@ import time
 import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable
 
@@ -77,6 +75,8 @@ HASH_BITS = 64
 HASH_SIDE = 8  # 8x8 bits
 PHASH_SIDE = 32  # pHash input: HASH_SIDE x imagehash's highfreq_factor of 4
 LANCZOS = Image.Resampling.LANCZOS
+THUMB_SIDE = 64  # the verification thumbnail (verify.py): 64x64 grey, 4,096 bytes
+FLAT_STD = 3.0  # a thumbnail with less spread than this (grey levels) is flat: no structure to match
 
 Progress = Callable[[int, int, float], None]  # (done, total, images per second)
 
@@ -97,6 +97,13 @@ class HashedImage:
     height: int | None
     error: str | None
     format: str | None = None  # Pillow's name for the file format ("JPEG", "PNG", ...)
+    # The verification signature (verify.py), from the same decode: region hashes and thumbnail.
+    crop_hash: int | None = None
+    top_hash: int | None = None
+    bottom_hash: int | None = None
+    thumb: bytes | None = None
+    chroma_cb: float | None = None  # mean chroma (Cb - 128, Cr - 128): the image's overall hue
+    chroma_cr: float | None = None
 
 
 def to_signed64(u: int) -> int:
@@ -123,15 +130,76 @@ def _grey(im: Image.Image) -> Image.Image:
 
 def phash(gray: Image.Image) -> int:
     """imagehash.phash: 32x32 grey, 2-D DCT-II, the 8x8 lowest frequencies, each above the median."""
-    pixels = np.asarray(_grey(gray).resize((PHASH_SIDE, PHASH_SIDE), LANCZOS), dtype=np.float64)
+    return _phash_pixels(np.asarray(_grey(gray).resize((PHASH_SIDE, PHASH_SIDE), LANCZOS), dtype=np.float64))
+
+
+def _above_median(low: np.ndarray) -> np.ndarray:
+    """low > its median (np.median's value, without its overhead: 64 values sort in a microsecond)."""
+    flat = np.sort(low, axis=None)
+    mid = flat.size // 2
+    return low > (flat[mid - 1] + flat[mid]) / 2 if flat.size % 2 == 0 else low > flat[mid]
+
+
+def _phash_pixels(pixels: np.ndarray) -> int:
     low = (_DCT @ pixels @ _DCT.T).round(6)  # round off float noise: exact zeros stay zeros
-    return _pack(low > np.median(low))
+    return _pack(_above_median(low))
 
 
 def dhash(gray: Image.Image) -> int:
     """imagehash.dhash: 9x8 grey, each pixel compared with its left neighbour."""
     pixels = np.asarray(_grey(gray).resize((HASH_SIDE + 1, HASH_SIDE), LANCZOS))
     return _pack(pixels[:, 1:] > pixels[:, :-1])
+
+
+# ---- the verification signature (see verify.py) -----------------------------------------------
+
+
+def thumbnail(grey: Image.Image) -> np.ndarray:
+    """The THUMB_SIDE x THUMB_SIDE uint8 grey thumbnail of an image in mode "L" (LANCZOS: a BOX
+    reduction is 4x cheaper but aliases thin lines, and crops of figures no longer align)."""
+    return np.asarray(grey.resize((THUMB_SIDE, THUMB_SIDE), LANCZOS), dtype=np.uint8)
+
+
+def _area_matrix(n_out: int, lo: float, hi: float) -> np.ndarray:
+    """Box-filter resampling of the span [lo, hi) of a THUMB_SIDE-pixel axis onto n_out samples."""
+    m = np.zeros((n_out, THUMB_SIDE))
+    edges = np.linspace(lo, hi, n_out + 1)
+    for i in range(n_out):
+        a, b = edges[i], edges[i + 1]
+        for j in range(int(np.floor(a)), int(np.ceil(b))):
+            overlap = min(b, j + 1) - max(a, j)
+            if overlap > 0:
+                m[i, j] = overlap
+        m[i] /= m[i].sum()
+    return m
+
+
+@lru_cache(maxsize=None)
+def _region_dct(lo: float, hi: float) -> np.ndarray:
+    """8 x THUMB_SIDE: a span of the thumbnail resampled to 32 samples, then the 8 lowest DCT-II terms."""
+    return _DCT @ _area_matrix(PHASH_SIDE, lo * THUMB_SIDE, hi * THUMB_SIDE)
+
+
+def _region_hash(t: np.ndarray, rows: tuple[float, float], cols: tuple[float, float]) -> int:
+    low = (_region_dct(*rows) @ t @ _region_dct(*cols).T).round(6)
+    return _pack(_above_median(low))
+
+
+# The regions: the central 92 % (a copy cropped ~4 % per side has its full pHash near this), the
+# top 75 % and the bottom 75 % (an overlay in any corner leaves one of them untouched).
+REGIONS = {"crop_hash": ((0.04, 0.96), (0.04, 0.96)), "top_hash": ((0.0, 0.75), (0.0, 1.0)),
+           "bottom_hash": ((0.25, 1.0), (0.0, 1.0))}
+
+
+def region_hashes(thumb: np.ndarray) -> tuple[int, int, int]:
+    """(crop_hash, top_hash, bottom_hash) of a thumbnail: pHashes of its regions, signed 64-bit."""
+    t = thumb.astype(np.float64)
+    return tuple(_region_hash(t, rows, cols) for rows, cols in REGIONS.values())  # type: ignore[return-value]
+
+
+def is_flat(thumb: np.ndarray) -> bool:
+    """A solid colour, an empty canvas: too little structure for a perceptual match."""
+    return float(np.asarray(thumb).std()) < FLAT_STD
 
 
 def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedImage:
@@ -141,13 +209,46 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
     try:
         with open_image(data, max_pixels) as im:
             width, height, fmt = *im.size, im.format  # the original size, before draft shrinks it
-            # JPEG only (a no-op elsewhere): decode at 1/2..1/8 scale as grey, >= 32 px a side.
-            im.draft("L", (PHASH_SIDE, PHASH_SIDE))
-            gray = _grey(im)
-            hashes = phash(gray), dhash(gray)
-        return HashedImage(key, sha, *hashes, width, height, None, fmt)
+            if fmt == "JPEG":
+                grey, chroma = _jpeg_draft(im)
+                thumb = thumbnail(grey)
+                # The draft decode is approximate already: pHash and dHash resize the thumbnail
+                # (64 px) instead of the decode, which saves a pass over it.
+                small = Image.fromarray(thumb)
+                hashes = phash(small), dhash(small)
+            else:
+                grey, chroma = _grey(im), _mean_chroma(im)
+                hashes = phash(grey), dhash(grey)
+                thumb = thumbnail(grey)
+        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), thumb.tobytes(), *chroma)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
+
+
+def _jpeg_draft(im: Image.Image) -> tuple[Image.Image, tuple[float, float]]:
+    """Decode a JPEG at 1/2..1/8 scale (libjpeg's DCT scaling, >= THUMB_SIDE px a side): a colour
+    JPEG as YCbCr, whose Y is the grey and whose Cb/Cr give the mean chroma; any other as grey."""
+    if im.mode == "RGB":
+        im.draft("YCbCr", (THUMB_SIDE, THUMB_SIDE))
+        im.load()
+        if im.mode == "YCbCr":
+            ycc = np.asarray(im)
+            return Image.fromarray(np.ascontiguousarray(ycc[..., 0])), \
+                (float(ycc[..., 1].mean()) - 128.0, float(ycc[..., 2].mean()) - 128.0)
+        return _grey(im), _mean_chroma(im)
+    im.draft("L", (THUMB_SIDE, THUMB_SIDE))
+    return _grey(im), (0.0, 0.0)
+
+
+def _mean_chroma(im: Image.Image) -> tuple[float, float]:
+    """Mean (Cb, Cr) - 128 of an image (JPEG's YCbCr, ITU-R BT.601), from a 16x16 box reduction;
+    (0, 0) for grey images."""
+    if im.mode in ("L", "LA", "1", "I", "F") or im.mode.startswith("I;16"):
+        return 0.0, 0.0
+    small = im.convert("RGBA" if im.mode in ("P", "PA") else im.mode).resize((16, 16), Image.Resampling.BOX)
+    rgb = np.asarray(small.convert("RGB"), dtype=np.float64).reshape(-1, 3).mean(axis=0)
+    r, g, b = rgb
+    return float(-0.168736 * r - 0.331264 * g + 0.5 * b), float(0.5 * r - 0.418688 * g - 0.081312 * b)
 
 
 def _failed(key: str, error: str) -> HashedImage:

@@ -69,9 +69,13 @@ The parquet sample (`VisualPRMSampleFacts` / `ExpectedSample` carry the ground t
 - Cross-dataset contamination: CONTAMINATED[0], the embedded image of one MathV360K group, is the
   MMRB2 sample's picture CONTAMINATED[1] (rendered by pipeline.sources.sample.sample_image),
   resized to CONTAMINATED_SCALE and re-encoded at another JPEG quality.
+- Unrelated look-alikes: LOOKALIKE_PAIRS, two embedded images each, the second drawn from the
+  first's template with other content (a geometry triangle with its apex moved, a bar chart with
+  two bars changed): candidates of the dedupe search that verification must keep apart.
 - Perceptual hashes (imagehash.phash, 64 bits): every pair of PLANTED_NEAR_PAIRS and CONTAMINATED
   is within Hamming distance 6 (the exact copy 0); any other two decodable images among the
-  embedded ones and the MMRB2 sample's are 14 or more apart.
+  embedded ones and the MMRB2 sample's are 14 or more apart (the look-alikes too: they are
+  candidates by a region hash).
 - One exact duplicate sample: DUPLICATE_SAMPLE_IDS are two rollouts of one embedded group with the
   same steps and labels (the second later in the file); every other two rollouts of a group differ
   in their steps.
@@ -159,6 +163,17 @@ CONTAMINATED = (
 )
 # Two rows (kept one first in file order) with the same image, question, steps and labels.
 DUPLICATE_SAMPLE_IDS = ("chartqa_00007_1", "chartqa_00007_3")
+# Unrelated look-alikes (embedded, in other groups): the second of each pair is the first's
+# template with other content (a triangle with its apex moved LOOKALIKE_APEX_SHIFT px; a bar
+# chart with its first bar LOOKALIKE_BAR_CHANGE lower and its fourth that much higher). Each pair
+# is a candidate of the dedupe search (within 8 bits on one of its routes) that verification must
+# keep apart.
+LOOKALIKE_PAIRS = (
+    ("geoqa+/images/10579.png", "geoqa+/images/11111.png"),
+    ("chartqa/train/png/two_col_38228.png", "chartqa/train/png/two_col_15672.png"),
+)
+LOOKALIKE_APEX_SHIFT = 12
+LOOKALIKE_BAR_CHANGE = 20
 CROP_FRACTION = 0.04  # cut off each side of the cropped copy
 BRIGHTEN_FACTOR = 1.15
 CONTAMINATED_SCALE = 0.9
@@ -786,7 +801,7 @@ class _ImageSpec:
     size: tuple[int, int]
     draw: tuple = ()
     label: str = ""
-    kind: str = "normal"  # normal | exact_dup | near_dup | cropped | brightened | contaminated | corrupt
+    kind: str = "normal"  # normal | exact_dup | near_dup | cropped | brightened | contaminated | corrupt | lookalike
     of: str | None = None
 
 
@@ -1133,7 +1148,9 @@ def _plan() -> _Plan:
         return [g for g in groups if g.source == source and g.index in embedded and g.index not in planted_groups]
 
     clevr, photos = spare("CLEVR_math"), spare("MathV360K")
-    if len(clevr) < 4 or not photos:
+    triangles = [g for g in spare("geoqa+") if g.problem.draw[0] == "triangle"]
+    charts = spare("chartqa")
+    if len(clevr) < 4 or not photos or len(triangles) < 2 or len(charts) < 2:
         raise AssertionError("sample plan cannot place a planted feature")
     cropped = (clevr[0].paths[0], clevr[1].paths[0])
     brightened = (clevr[2].paths[0], clevr[3].paths[0])
@@ -1190,6 +1207,12 @@ def _plan() -> _Plan:
     images[brightened[1]] = _ImageSpec(**{**vars(images[brightened[1]]), "kind": "brightened", "of": brightened[0]})
     mmrb2_name = CONTAMINATED[1]  # the MMRB2 picture is chosen there; the plan chooses where it lands
     images[contaminated] = _ImageSpec(**{**vars(images[contaminated]), "kind": "contaminated", "of": mmrb2_name})
+    # Unrelated look-alikes: the second image of each pair is drawn from the first one's template
+    # (same seed, size and labels) with other content: the triangle's apex moved, two bars changed.
+    lookalikes = ((triangles[0].paths[0], triangles[1].paths[0]), (charts[0].paths[0], charts[1].paths[0]))
+    for (first, second), variant in zip(lookalikes, (_moved_apex, _changed_bars)):
+        images[second] = _ImageSpec(**{**vars(images[first]), "path": second, "draw": variant(images[first].draw),
+                                       "kind": "lookalike", "of": first})
 
     planted = {
         "exact": exact,
@@ -1206,8 +1229,21 @@ def _plan() -> _Plan:
         "brightened": brightened,
         "contaminated": (contaminated, mmrb2_name),
         "duplicate_sample": duplicate,
+        "lookalikes": lookalikes,
     }
     return _Plan(tuple(groups), images, frozenset(embedded), rollouts, tuple(rows), planted)
+
+
+def _moved_apex(draw: tuple) -> tuple:
+    return (draw[0], LOOKALIKE_APEX_SHIFT)
+
+
+def _changed_bars(draw: tuple) -> tuple:
+    labels, values = draw
+    changed = list(values)
+    changed[0] = max(5, changed[0] - LOOKALIKE_BAR_CHANGE)
+    changed[3] = min(100, changed[3] + LOOKALIKE_BAR_CHANGE)
+    return (labels, tuple(changed))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1254,7 +1290,7 @@ def _photo(rng: random.Random, w: int, h: int, label: str) -> Image.Image:
     return _grain(img, rng, 3)
 
 
-def _geometry(rng: random.Random, w: int, h: int, kind: str) -> Image.Image:
+def _geometry(rng: random.Random, w: int, h: int, kind: str, apex_shift: int = 0) -> Image.Image:
     img = Image.new("RGB", (w, h), (252, 252, 250))
     draw = ImageDraw.Draw(img)
     ink, font = (20, 20, 20), _font()
@@ -1273,6 +1309,7 @@ def _geometry(rng: random.Random, w: int, h: int, kind: str) -> Image.Image:
         pts = [(rng.randint(m, w // 3), rng.randint(2 * h // 3, h - m)),
                (rng.randint(2 * w // 3, w - m), rng.randint(2 * h // 3, h - m)),
                (rng.randint(w // 3, 2 * w // 3), rng.randint(m, h // 3))]
+        pts[2] = (min(max(pts[2][0] + apex_shift, m), w - m), pts[2][1])  # a look-alike: the apex moved
         draw.polygon(pts, outline=ink)
         if rng.random() < 0.5:  # a height or median, as geoqa figures often have
             draw.line((pts[2], ((pts[0][0] + pts[1][0]) // 2, (pts[0][1] + pts[1][1]) // 2)), fill=(90, 90, 90))
@@ -1390,7 +1427,7 @@ def _picture(spec: _ImageSpec) -> Image.Image:
     rng = random.Random(spec.seed)
     w, h = spec.size
     if spec.style == "geometry":
-        return _geometry(rng, w, h, spec.draw[0])
+        return _geometry(rng, w, h, *spec.draw)
     if spec.style == "chart":
         return _chart(rng, w, h, *spec.draw)
     if spec.style == "clevr":
@@ -1535,6 +1572,7 @@ def _check(plan: _Plan) -> None:
         "brightened": BRIGHTENED_COPY,
         "contaminated": CONTAMINATED,
         "duplicate_sample": DUPLICATE_SAMPLE_IDS,
+        "lookalikes": LOOKALIKE_PAIRS,
     }
     drift = {k: p[k] for k, v in documented.items() if p[k] != v}
     labels = [lab for r in plan.rows if r.expected for lab in r.expected.labels]

@@ -1,0 +1,343 @@
+"""The near-duplicate engine: exact candidate search, verification, clusters without chaining.
+
+One engine for every caller (the pipeline's `duplicate_clusters` and `contamination`, the
+sample dedupe that reads those clusters, and `rewardhouse dedupe DIR`):
+
+1. **Nodes.** Images with identical bytes (sha256) are one node: exact duplicates, never compared
+   again. Flat nodes (verify.py: a solid colour, an empty canvas) take no part in the near search,
+   so identical blank images are exact duplicates and blank images of different colours are
+   nothing to each other.
+2. **Candidates** (search.py, exact multi-index search, radius `max_distance` bits), by four
+   routes over the hashes of hashing.py:
+
+       phash    pHash against pHash                 re-encodes, resizes, blur, brightness, grey
+       crop     crop_hash of one against pHash of    a copy cropped a few % per side
+                the other
+       top      top_hash against top_hash           an overlay in a bottom corner
+       bottom   bottom_hash against bottom_hash     an overlay in a top corner
+
+   A hash with fewer than DEGENERATE_BITS bits set (the pHash of a flat region: every AC
+   coefficient ~0, all tied at the median) stays out of its route: it would match every other.
+3. **Verification** (verify.py) of every candidate pair on the thumbnails: accepted as near, crop
+   or overlay with a score, or rejected.
+4. **Clusters without chaining.** Connected components of the accepted pairs are only a start:
+   each component's canonical image is chosen (clusters.py's rule), and a node joins the cluster
+   only if its pair with the canonical is accepted, by the search or by a verification made
+   then. The nodes left over form components among themselves and the same is done again until
+   nothing is left. So a cluster never holds two images merely linked through a third.
+5. **Contamination**: train/eval image pairs that are the same bytes or an accepted pair, directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.dedupe.clusters import connected_components
+from pipeline.dedupe.search import near_pairs
+from pipeline.dedupe.verify import compare
+
+ENGINE_VERSION = "1"  # bump when a decision can change: part of the staged result's key
+DEGENERATE_BITS = 8
+BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies
+ROUTES = ("phash", "crop", "top", "bottom")
+DATASET_ORDER = ("mmrb2", "visualprm")  # eval images win canonical ties (clusters.py)
+
+
+class Thumbs(Protocol):
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray: ...  # (k, 4096) uint8
+
+
+@dataclass
+class Pairs:
+    """Node pairs a < b with the route and pHash-route distance that found them, and the verdict."""
+
+    a: np.ndarray
+    b: np.ndarray
+    route: np.ndarray  # int8 index into ROUTES
+    distance: np.ndarray  # int16: the distance on that route
+    accepted: np.ndarray | None = None
+    kind: np.ndarray | None = None
+    score: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+
+def popcount(x: np.ndarray) -> np.ndarray:
+    u = np.asarray(x, np.int64).view(np.uint64)
+    return np.unpackbits(u.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
+
+
+def phash_distance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return popcount(np.bitwise_xor(np.asarray(x, np.int64), np.asarray(y, np.int64)))
+
+
+# ---- 2. candidates ---------------------------------------------------------------------------
+
+
+def _route(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keep = popcount(hashes) >= DEGENERATE_BITS
+    found = near_pairs(ids[keep], hashes[keep], max_distance)
+    return found["a"].to_numpy(), found["b"].to_numpy(), found["distance"].to_numpy().astype(np.int16)
+
+
+def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom: np.ndarray,
+                    searchable: np.ndarray, max_distance: int) -> Pairs:
+    """Every node pair within `max_distance` on any route (nodes where `searchable` is false are
+    left out), once, with the route of its smallest distance (ties: the earlier route)."""
+    nodes = np.flatnonzero(searchable).astype(np.int64)
+    parts = []
+    # phash and crop share one search: ids 2n are pHashes, 2n+1 crop hashes.
+    ids = np.concatenate([2 * nodes, 2 * nodes + 1])
+    a, b, d = _route(ids, np.concatenate([phash[nodes], crop[nodes]]), max_distance)
+    na, nb = a // 2, b // 2
+    cross = (a % 2) != (b % 2)
+    both_phash = (a % 2 == 0) & (b % 2 == 0)
+    keep = (na != nb) & (cross | both_phash)
+    parts.append((na[keep], nb[keep], np.where(cross[keep], 1, 0).astype(np.int8), d[keep]))
+    for r, hashes in ((2, top), (3, bottom)):
+        a, b, d = _route(nodes, hashes[nodes], max_distance)
+        parts.append((a, b, np.full(len(a), r, np.int8), d))
+    a = np.concatenate([p[0] for p in parts])
+    b = np.concatenate([p[1] for p in parts])
+    route = np.concatenate([p[2] for p in parts])
+    dist = np.concatenate([p[3] for p in parts])
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    # One row per pair: the smallest distance, then the earliest route.
+    order = np.lexsort((route, dist, hi, lo))
+    lo, hi, route, dist = lo[order], hi[order], route[order], dist[order]
+    first = np.ones(len(lo), bool)
+    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    return Pairs(lo[first], hi[first], route[first], dist[first])
+
+
+# ---- 3. verification -------------------------------------------------------------------------
+
+
+def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None] | None = None,
+           aspect: np.ndarray | None = None, chroma: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(accepted, kind, score) for node pairs (a[i], b[i]), in batches of BATCH pairs; `aspect`
+    (width / height per node) lets verification look for crops that are not central, `chroma`
+    ((n, 2) mean Cb, Cr per node) tells colours apart."""
+    n = len(a)
+    accepted = np.zeros(n, bool)
+    kind = np.full(n, None, dtype=object)
+    score = np.zeros(n, np.float32)
+    for s in range(0, n, BATCH):
+        if stop:
+            stop()
+        sl = slice(s, s + BATCH)
+        v = compare(thumbs[a[sl]], thumbs[b[sl]],
+                    *((aspect[a[sl]], aspect[b[sl]]) if aspect is not None else (None, None)),
+                    *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)))
+        accepted[sl], kind[sl], score[sl] = v.accepted, v.kind, v.score
+    return accepted, kind, score
+
+
+# ---- 4. clusters -----------------------------------------------------------------------------
+
+
+@dataclass
+class Clustering:
+    canonical: np.ndarray  # per node: its cluster's canonical node, or -1 when it is alone
+    kind: np.ndarray  # per node: near | crop | overlay against the canonical (None: canonical/alone)
+    score: np.ndarray  # per node: verification score against the canonical (nan: none)
+    rounds: int
+    late_checks: int  # pairs with the canonical verified during clustering (not candidates)
+    split_off: int  # nodes a component offered that their canonical's check refused
+    late_accepted: list  # (a, b, kind, score) of the late checks that were accepted, a < b
+
+
+def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
+                  stop: Callable[[], None] | None = None, aspect: np.ndarray | None = None,
+                  chroma: np.ndarray | None = None) -> Clustering:
+    """Clusters over accepted pairs without chaining (module docstring, step 4). `rank[i]` orders
+    nodes for the canonical choice (smaller is better, all distinct)."""
+    canonical = np.full(n, -1, np.int64)
+    kind = np.full(n, None, dtype=object)
+    score = np.full(n, np.nan, np.float32)
+    ok = pairs.accepted.astype(bool)
+    ea, eb = pairs.a[ok], pairs.b[ok]
+    verdict = {(int(x), int(y)): (k, s) for x, y, k, s in zip(ea, eb, pairs.kind[ok], pairs.score[ok])}
+    open_ = np.ones(n, bool)
+    rounds = late = split = 0
+    late_accepted = []
+    while len(ea):
+        rounds += 1
+        labels = connected_components(n, ea, eb)
+        in_edge = np.zeros(n, bool)
+        in_edge[ea] = in_edge[eb] = True
+        members = np.flatnonzero(in_edge & open_)
+        if members.size == 0:
+            break
+        # The best-ranked node of each component is its canonical.
+        order = members[np.lexsort((rank[members], labels[members]))]
+        first = np.ones(len(order), bool)
+        first[1:] = labels[order[1:]] != labels[order[:-1]]
+        head = np.empty(n, np.int64)
+        head[labels[order[first]]] = order[first]
+        canon_of = head[labels[members]]
+        others = members[canon_of != members]
+        their_canon = canon_of[canon_of != members]
+        known = np.array([(min(m, c), max(m, c)) in verdict for m, c in zip(others, their_canon)], bool)
+        missing = np.flatnonzero(~known)
+        if missing.size:
+            late += missing.size
+            acc, k, s = verify(others[missing], their_canon[missing], thumbs, stop, aspect, chroma)
+            for i, x, y, z in zip(missing, acc, k, s):
+                m, c = int(others[i]), int(their_canon[i])
+                verdict[(min(m, c), max(m, c))] = (y, z) if x else (None, z)
+                if x:
+                    late_accepted.append((min(m, c), max(m, c), y, float(z)))
+        joined = []
+        for m, c in zip(others, their_canon):
+            k, s = verdict[(min(int(m), int(c)), max(int(m), int(c)))]
+            if k is not None:
+                joined.append(m)
+                canonical[m], kind[m], score[m] = c, k, s
+        heads = np.unique(canon_of)
+        got_members = np.unique(canonical[np.asarray(joined, np.int64)]) if joined else np.zeros(0, np.int64)
+        canonical[got_members] = got_members
+        # Settled: every canonical and every member that joined. The rest try again among themselves.
+        settled = np.zeros(n, bool)
+        settled[heads] = True
+        settled[np.asarray(joined, np.int64)] = True
+        split += int(len(others) - len(joined))
+        open_ &= ~settled
+        keep = open_[ea] & open_[eb]
+        ea, eb = ea[keep], eb[keep]
+    return Clustering(canonical, kind, score, rounds, late, split, late_accepted)
+
+
+# ---- the whole engine over image rows --------------------------------------------------------
+
+ROW_COLUMNS = ("dataset", "image_key", "sha256", "phash", "crop_hash", "top_hash", "bottom_hash",
+               "width", "height", "bytes", "flat", "chroma_cb", "chroma_cr")
+
+
+@dataclass
+class Dedupe:
+    """The engine's result over image rows (row = index into the input table)."""
+
+    clusters: pa.Table  # row, cluster_id, is_canonical, distance_to_canonical, kind, score (rows in clusters)
+    node_of_row: np.ndarray  # rows with the same node have identical bytes
+    node_rep: np.ndarray  # each node's representative row (its best-ranked)
+    accepted: pa.Table  # a < b (nodes), kind, score: every accepted pair of distinct nodes
+    candidates: int  # candidate node pairs from the search
+    verified: int  # of those, accepted by verification
+    rejected: Pairs  # the candidate pairs verification refused (with scores), for review
+    clustering: Clustering
+    flat_nodes: int
+    nodes: int
+
+
+def row_rank(rows: pa.Table) -> np.ndarray:
+    """Each row's place in the canonical order (clusters.py): largest resolution, largest file,
+    eval dataset first, then dataset and image_key; 0 is the best."""
+    width = rows["width"].to_numpy(zero_copy_only=False).astype(np.float64)
+    height = rows["height"].to_numpy(zero_copy_only=False).astype(np.float64)
+    size = np.nan_to_num(rows["bytes"].to_numpy(zero_copy_only=False).astype(np.float64), nan=-1.0)
+    area = np.nan_to_num(width * height, nan=-1.0)
+    datasets = rows["dataset"].to_pylist()
+    order_of = {d: i for i, d in enumerate(DATASET_ORDER)}
+    ds_rank = np.array([order_of.get(d, len(DATASET_ORDER)) for d in datasets])
+    ds_name = np.unique(np.array(datasets, dtype=object), return_inverse=True)[1]
+    keys = np.unique(np.array(rows["image_key"].to_pylist(), dtype=object), return_inverse=True)[1]
+    order = np.lexsort((np.arange(len(datasets)), keys, ds_name, ds_rank, -size, -area))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+class _NodeThumbs:
+    def __init__(self, thumbs: Thumbs, rep: np.ndarray):
+        self.thumbs, self.rep = thumbs, rep
+
+    def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
+        rows = self.rep[np.asarray(nodes, np.int64)]
+        order = np.argsort(rows, kind="stable")  # read a memory-mapped file front to back
+        out = np.empty((len(rows), self.thumbs[rows[:1]].shape[-1] if len(rows) else 0), np.uint8)
+        out[order] = np.asarray(self.thumbs[rows[order]])
+        return out
+
+
+def _cluster_id(dataset: str, key: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{dataset}/{key}".encode()).hexdigest()[:16]
+
+
+def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None) -> Dedupe:
+    """The engine (module docstring) over image rows with ROW_COLUMNS; `thumbs[rows]` gives their
+    thumbnails."""
+    n_rows = rows.num_rows
+    sha = rows["sha256"].to_pylist()
+    _, node_of, inverse = np.unique(np.array(sha, dtype=object), return_index=True, return_inverse=True)
+    n = len(node_of)
+    rank_row = row_rank(rows)
+    # A node's representative is its best-ranked row; a node ranks as that row.
+    rep = np.full(n, -1, np.int64)
+    best = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(best, inverse, rank_row)
+    rep_of_rank = np.empty(n_rows, np.int64)
+    rep_of_rank[rank_row] = np.arange(n_rows)
+    rep = rep_of_rank[best]
+
+    def col(name):
+        return rows[name].to_numpy(zero_copy_only=False)[rep]
+
+    flat = col("flat").astype(bool)
+    phash, crop, top, bottom = (col(c).astype(np.int64) for c in ("phash", "crop_hash", "top_hash", "bottom_hash"))
+    pairs = candidate_pairs(phash, crop, top, bottom, ~flat, max_distance)
+    node_thumbs = _NodeThumbs(thumbs, rep)
+    width, height = col("width").astype(np.float64), col("height").astype(np.float64)
+    aspect = np.where((width > 0) & (height > 0), width / np.maximum(height, 1), 1.0)
+    chroma = np.stack([col("chroma_cb"), col("chroma_cr")], axis=1).astype(np.float64)
+    pairs.accepted, pairs.kind, pairs.score = verify(pairs.a, pairs.b, node_thumbs, stop, aspect, chroma)
+    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma)
+
+    # Accepted node pairs: candidates and late checks.
+    ok = pairs.accepted
+    late = clustering.late_accepted
+    accepted = pa.table({
+        "a": pa.array(np.concatenate([pairs.a[ok], np.array([x[0] for x in late], np.int64)])),
+        "b": pa.array(np.concatenate([pairs.b[ok], np.array([x[1] for x in late], np.int64)])),
+        "kind": pa.array(np.concatenate([pairs.kind[ok], np.array([x[2] for x in late], dtype=object)]).tolist(), pa.string()),
+        "score": pa.array(np.concatenate([pairs.score[ok], np.array([x[3] for x in late], np.float32)]), pa.float32()),
+    })
+    all_phash = rows["phash"].to_numpy(zero_copy_only=False).astype(np.int64)
+
+    # Cluster rows: a node with a canonical, or alone with identical copies.
+    canon_node = clustering.canonical.copy()
+    sizes = np.bincount(inverse, minlength=n)
+    alone_copies = (canon_node < 0) & (sizes > 1)
+    canon_node[alone_copies] = np.flatnonzero(alone_copies)
+    in_cluster = canon_node[inverse] >= 0
+    r_idx = np.flatnonzero(in_cluster)
+    v = inverse[r_idx]
+    c_node = canon_node[v]
+    c_row = rep[c_node]
+    datasets, keys = rows["dataset"].to_pylist(), rows["image_key"].to_pylist()
+    is_canon = r_idx == c_row
+    kind = np.where(v == c_node, "exact", clustering.kind[v]).astype(object)
+    kind[is_canon] = None
+    score = np.where(v == c_node, 1.0, clustering.score[v]).astype(np.float32)
+    order = np.lexsort((rank_row[r_idx], rank_row[c_row]))
+    clusters = pa.table({
+        "row": pa.array(r_idx[order]),
+        "cluster_id": pa.array([_cluster_id(datasets[c], keys[c]) for c in c_row[order]], pa.string()),
+        "is_canonical": pa.array(is_canon[order]),
+        "distance_to_canonical": pa.array(phash_distance(all_phash[r_idx], all_phash[c_row])[order].astype(np.int32)),
+        "kind": pa.array(kind[order].tolist(), pa.string()),
+        "score": pa.array([None if c else float(s) for c, s in zip(is_canon[order], score[order])], pa.float32()),
+    })
+    return Dedupe(clusters, inverse.astype(np.int64), rep, accepted, len(pairs), int(ok.sum()), _subset(pairs, ~ok),
+                  clustering, int(flat.sum()), n)
+
+
+def _subset(p: Pairs, mask: np.ndarray) -> Pairs:
+    return Pairs(p.a[mask], p.b[mask], p.route[mask], p.distance[mask], p.accepted[mask], p.kind[mask], p.score[mask])
