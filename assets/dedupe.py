@@ -75,6 +75,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
         if result is not None:
             engine = {
                 "candidates": result.candidates,
+                "candidates_beyond_per_image_cap": result.capped,
                 "verified": result.verified,
                 "rejected_by_verification": result.candidates - result.verified,
                 "checked_against_canonical": result.clustering.late_checks,

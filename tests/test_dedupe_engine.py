@@ -147,3 +147,17 @@ def test_many_identical_hashes_stay_bounded():
     big = big.set_column(big.schema.get_field_index("sha256"), "sha256", shas)
     result = run_engine(big, 8)
     assert result.flat_nodes == 1000 and result.candidates == 0 and result.clusters.num_rows == 0
+
+
+def test_crowded_hashes_keep_each_images_nearest_candidates():
+    """40 look-alikes all 2 bits from each other: 780 pairs within the radius; each image keeps its
+    16 nearest, so the work grows with the images, and the pairs left out are counted."""
+    base = 0x0123_4567_89AB_CDEF
+    phash = np.array([base ^ (1 << i) for i in range(40)], np.int64)
+    far = np.random.default_rng(1).integers(-2**63, 2**63 - 1, (3, 40), dtype=np.int64)
+    pairs = candidate_pairs(phash, *far, np.ones(40, bool), 8, max_per_image=16)
+    assert len(pairs) + pairs.capped == 780 and pairs.capped > 0
+    per_image = np.bincount(np.concatenate([pairs.a, pairs.b]), minlength=40)
+    assert per_image.min() >= 16 and len(pairs) <= 40 * 16
+    everything = candidate_pairs(phash, *far, np.ones(40, bool), 8, max_per_image=1000)
+    assert len(everything) == 780 and everything.capped == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.dedupe.clusters import canonical_table, choose_canonical, connected_components
+from pipeline.dedupe.clusters import canonical_rank, connected_components
 from pipeline.dedupe.search import _even_layout, band_layout, band_radii, count_candidates, near_pairs
 
 MASK64 = (1 << 64) - 1
@@ -198,98 +198,66 @@ def test_edges_outside_the_nodes_are_refused():
 # --- canonical choice -------------------------------------------------------------------------
 
 
-def members(rows: list[tuple]) -> pa.Table:
-    names = ["node", "cluster", "dataset", "image_key", "sha256", "width", "height", "bytes", "hash"]
-    cols = list(zip(*rows))
-    types = [pa.int64(), pa.int64(), pa.string(), pa.string(), pa.string(), pa.int32(), pa.int32(), pa.int64(), pa.int64()]
-    return pa.table({n: pa.array(c, t) for n, c, t in zip(names, cols, types)})
-
-
-def by_key(table: pa.Table) -> dict[str, dict]:
-    return {r["image_key"]: r for r in table.to_pylist()}
+def order(rows: list[tuple]) -> list[str]:
+    """image_keys in canonical order for rows (dataset, image_key, width, height, bytes)."""
+    ds, keys, w, h, b = zip(*rows)
+    rank = canonical_rank(list(ds), list(keys), np.array(w, float), np.array(h, float), np.array(b, float))
+    return [keys[i] for i in np.argsort(rank)]
 
 
 def test_resolution_beats_bytes_dataset_and_key():
-    t = canonical_table(members([
-        (0, 0, "mmrb2", "a", "s1", 100, 100, 9_000, 0),
-        (1, 0, "visualprm", "z", "s2", 200, 100, 10, 0b11),
-    ]))
-    assert by_key(t)["z"]["is_canonical"] and not by_key(t)["a"]["is_canonical"]
+    assert order([("mmrb2", "a", 100, 100, 9_000), ("visualprm", "z", 200, 100, 10)]) == ["z", "a"]
 
 
 def test_bytes_decide_between_equal_resolutions():
-    t = canonical_table(members([
-        (0, 0, "mmrb2", "a", "s1", 100, 100, 500, 0),
-        (1, 0, "visualprm", "z", "s2", 50, 200, 900, 1),
-    ]))
-    assert by_key(t)["z"]["is_canonical"]
+    assert order([("mmrb2", "a", 100, 100, 500), ("visualprm", "z", 50, 200, 900)]) == ["z", "a"]
 
 
 def test_eval_dataset_wins_a_tie_on_resolution_and_bytes():
-    t = canonical_table(members([
-        (0, 0, "visualprm", "a", "s1", 64, 64, 100, 0),
-        (1, 0, "mmrb2", "z", "s2", 64, 64, 100, 1),
-        (2, 0, "folder", "0", "s3", 64, 64, 100, 1),
-    ]))
-    assert [r["image_key"] for r in t.to_pylist()] == ["z", "a", "0"]  # canonical first, then rule order
+    rows = [("visualprm", "a", 64, 64, 100), ("mmrb2", "z", 64, 64, 100), ("folder", "0", 64, 64, 100)]
+    assert order(rows) == ["z", "a", "0"]
 
 
 def test_smallest_key_wins_a_full_tie():
-    t = canonical_table(members([
-        (0, 0, "visualprm", "img_2.jpg", "s1", 64, 64, 100, 0),
-        (1, 0, "visualprm", "img_10.jpg", "s1", 64, 64, 100, 0),
-    ]))
-    assert by_key(t)["img_10.jpg"]["is_canonical"]  # string order: "img_10" < "img_2"
+    rows = [("visualprm", "img_2.jpg", 64, 64, 100), ("visualprm", "img_10.jpg", 64, 64, 100)]
+    assert order(rows) == ["img_10.jpg", "img_2.jpg"]  # string order: "img_10" < "img_2"
 
 
 def test_unknown_sizes_never_beat_known_ones():
-    t = canonical_table(members([
-        (0, 0, "mmrb2", "a", "s1", None, None, None, 0),
-        (1, 0, "visualprm", "b", "s2", 1, 1, 1, 0),
-    ]))
-    assert by_key(t)["b"]["is_canonical"]
+    assert order([("mmrb2", "a", float("nan"), float("nan"), float("nan")), ("visualprm", "b", 1, 1, 1)]) == ["b", "a"]
 
 
 def test_kind_distance_and_cluster_id_of_members():
-    t = canonical_table(members([
-        (0, 0, "mmrb2", "big", "same", 200, 200, 100, -1),
-        (1, 0, "visualprm", "copy", "same", 100, 100, 100, -1),
-        (2, 0, "visualprm", "edit", "other", 100, 100, 100, -1 ^ 0b1011),
-        (3, 3, "visualprm", "alone", "x", 10, 10, 10, 42),
-    ]))
-    rows = by_key(t)
+    """Through the engine: identical bytes are exact, a verified copy near, an unrelated image alone."""
+    from pipeline.dedupe.engine import dedupe
+
+    texture = np.random.default_rng(3).integers(0, 255, (64, 64), dtype=np.uint8)
+    other = np.random.default_rng(4).integers(0, 255, (64, 64), dtype=np.uint8)
+    rows = pa.table({
+        "dataset": ["mmrb2", "visualprm", "visualprm", "visualprm"],
+        "image_key": ["big", "copy", "edit", "alone"],
+        "sha256": ["same", "same", "other", "x"],
+        "phash": pa.array([-1, -1, -1 ^ 0b1011, 0x0F0F_0F0F_0F0F_0F0F], pa.int64()),
+        "crop_hash": pa.array([0x3333_3333_3333_3333] * 4, pa.int64()),
+        "top_hash": pa.array([0x5555_5555_5555_5555] * 3 + [0x0F0F_0F0F_0F0F_0F0F], pa.int64()),
+        "bottom_hash": pa.array([0x5555_5555_5555_5555] * 3 + [0x0F0F_0F0F_0F0F_0F0F], pa.int64()),
+        "width": pa.array([200, 100, 100, 10], pa.int32()), "height": pa.array([200, 100, 100, 10], pa.int32()),
+        "bytes": pa.array([100, 100, 100, 10], pa.int64()), "flat": [False] * 4,
+        "chroma_cb": pa.array([0.0] * 4, pa.float32()), "chroma_cr": pa.array([0.0] * 4, pa.float32()),
+    })
+    result = dedupe(rows, np.stack([texture, texture, texture, other]).reshape(4, -1), 8)
+    keys = rows["image_key"].to_pylist()
+    got = {keys[r["row"]]: (r["cluster_id"], r["is_canonical"], r["distance_to_canonical"], r["kind"], r["score"])
+           for r in result.clusters.to_pylist()}
     cid = hashlib.sha256(b"mmrb2/big").hexdigest()[:16]
-    assert {k: (r["cluster_id"], r["is_canonical"], r["distance_to_canonical"], r["kind"]) for k, r in rows.items()} == {
-        "big": (cid, True, 0, None),
-        "copy": (cid, False, 0, "exact"),
-        "edit": (cid, False, 3, "near"),
-        "alone": (hashlib.sha256(b"visualprm/alone").hexdigest()[:16], True, 0, None),
-    }
-    assert t.column_names[:9] == ["node", "cluster", "dataset", "image_key", "sha256", "width", "height", "bytes", "hash"]
+    assert got == {"big": (cid, True, 0, None, None), "copy": (cid, False, 0, "exact", 1.0),
+                   "edit": (cid, False, 3, "near", 1.0)}
 
 
-def test_choose_canonical_lists_one_member_per_cluster():
-    chosen = choose_canonical(members([
-        (0, 0, "visualprm", "a", "s", 10, 10, 1, 0),
-        (1, 0, "mmrb2", "b", "s", 10, 10, 1, 0),
-        (2, 2, "visualprm", "c", "s", 10, 10, 1, 0),
-    ]))
-    assert chosen.to_pylist() == [
-        {"cluster": 0, "node": 1, "dataset": "mmrb2", "image_key": "b"},
-        {"cluster": 2, "node": 2, "dataset": "visualprm", "image_key": "c"},
-    ]
-
-
-def test_search_then_clusters_end_to_end():
+def test_search_then_components_end_to_end():
     # Three near copies of one image (a chain) and an unrelated one.
     base = 0x0123_4567_89AB_CDEF
     hashes = np.array([base, base ^ 0b11, base ^ 0b1111, ~base], dtype=np.int64)
     pairs = near_pairs(np.arange(4), hashes, 2)
     labels = connected_components(4, pairs["a"].to_numpy(), pairs["b"].to_numpy())
     assert labels.tolist() == [0, 0, 0, 3]
-    t = canonical_table(members([
-        (i, int(labels[i]), "visualprm", f"k{i}", f"s{i}", 10 + i, 10, 5, int(hashes[i])) for i in range(4)
-    ]))
-    assert [(r["image_key"], r["is_canonical"], r["distance_to_canonical"]) for r in t.to_pylist()] == [
-        ("k2", True, 0), ("k1", False, 2), ("k0", False, 4), ("k3", True, 0),
-    ]

@@ -1,8 +1,7 @@
-"""Duplicate clusters from near pairs, and the canonical image of each cluster.
+"""Connected components of a pair graph, and the canonical image of a cluster.
 
-Clusters are the connected components of the graph whose edges are the exact + near pairs
-(`near_pairs` pairs identical hashes at distance 0 too), so "near" is transitive: a chain
-a~b~c is one cluster even when a and c are farther apart than the radius.
+The engine (engine.py) starts its clusters from the connected components of the accepted pairs
+and then checks every member against the canonical image (no chaining).
 
 Canonical rule (deterministic; the first criterion that differs decides):
 
@@ -14,20 +13,14 @@ Canonical rule (deterministic; the first criterion that differs decides):
 
 `cluster_id` is the first 16 hex characters of sha256("<dataset>/<image_key>") of the canonical:
 stable across runs and releases as long as the same image stays canonical, and independent of
-node numbering. `kind` is "exact" for a member whose sha256 equals the canonical's, "near" for
-the others, NULL for the canonical itself; `distance_to_canonical` is the Hamming distance of
-the member's hash to the canonical's (0 for the canonical; it can exceed the search radius
-because clusters are transitive).
+node numbering.
 """
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
-import pyarrow as pa
 
 DATASET_ORDER = ("mmrb2", "visualprm")
-MEMBER_COLUMNS = ("node", "cluster", "dataset", "image_key", "sha256", "width", "height", "bytes", "hash")
 
 
 def _compress(parent: np.ndarray) -> np.ndarray:
@@ -71,65 +64,17 @@ def connected_components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _compress(parent)
 
 
-def _check_members(members: pa.Table) -> None:
-    missing = [c for c in MEMBER_COLUMNS if c not in members.column_names]
-    if missing:
-        raise ValueError(f"members lack column(s) {', '.join(missing)}; have {', '.join(members.column_names)}")
-
-
-def _ranked_sql() -> str:
-    order = " ".join(f"when '{d}' then {i}" for i, d in enumerate(DATASET_ORDER))
-    return f"""
-        select *, row_number() over (
-            partition by cluster
-            order by width::bigint * height::bigint desc nulls last,
-                     bytes desc nulls last,
-                     case dataset {order} else {len(DATASET_ORDER)} end,
-                     dataset, image_key, node
-        ) as canonical_rank
-        from members
-    """
-
-
-def choose_canonical(members: pa.Table) -> pa.Table:
-    """The canonical member of each cluster (rule in the module docstring): columns cluster,
-    node, dataset, image_key, sorted by cluster."""
-    _check_members(members)
-    con = duckdb.connect()
-    try:
-        con.register("members", members)
-        return con.sql(
-            f"select cluster, node, dataset, image_key from ({_ranked_sql()}) where canonical_rank = 1 order by cluster"
-        ).to_arrow_table()
-    finally:
-        con.close()
-
-
-def canonical_table(members: pa.Table) -> pa.Table:
-    """members (columns node, cluster, dataset, image_key, sha256, width, height, bytes, hash,
-    and any others, kept) plus cluster_id, is_canonical, distance_to_canonical, kind; sorted by
-    cluster, then in canonical order (the canonical first)."""
-    _check_members(members)
-    con = duckdb.connect()
-    try:
-        con.register("members", members)
-        return con.sql(
-            f"""
-            with ranked as ({_ranked_sql()}),
-            canon as (
-                select cluster, dataset as c_dataset, image_key as c_key, sha256 as c_sha, hash as c_hash
-                from ranked where canonical_rank = 1
-            )
-            select m.* exclude (canonical_rank),
-                   left(sha256(c.c_dataset || '/' || c.c_key), 16) as cluster_id,
-                   m.canonical_rank = 1 as is_canonical,
-                   bit_count(xor(m.hash, c.c_hash))::integer as distance_to_canonical,
-                   case when m.canonical_rank = 1 then null
-                        when m.sha256 = c.c_sha then 'exact'
-                        else 'near' end as kind
-            from ranked m join canon c using (cluster)
-            order by m.cluster, m.canonical_rank
-            """
-        ).to_arrow_table()
-    finally:
-        con.close()
+def canonical_rank(dataset: list, image_key: list, width: np.ndarray, height: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Each image's place in the canonical order (the rule in the module docstring; 0 is the best).
+    Unknown width/height/bytes are NaN or negative and come last."""
+    width, height, size = (np.asarray(x, np.float64) for x in (width, height, size))
+    area = np.nan_to_num(width * height, nan=-1.0)
+    size = np.nan_to_num(size, nan=-1.0)
+    order_of = {d: i for i, d in enumerate(DATASET_ORDER)}
+    ds_rank = np.array([order_of.get(d, len(DATASET_ORDER)) for d in dataset])
+    ds_name = np.unique(np.array(dataset, dtype=object), return_inverse=True)[1]
+    keys = np.unique(np.array(image_key, dtype=object), return_inverse=True)[1]
+    order = np.lexsort((np.arange(len(dataset)), keys, ds_name, ds_rank, -size, -area))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank

@@ -36,15 +36,15 @@ from typing import Callable, Protocol
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedupe.clusters import connected_components
+from pipeline.dedupe.clusters import canonical_rank, connected_components
 from pipeline.dedupe.search import near_pairs
 from pipeline.dedupe.verify import compare
 
 ENGINE_VERSION = "1"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
+MAX_CANDIDATES_PER_IMAGE = 16  # nearest candidates kept per image (crowded look-alikes; see _nearest)
 BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies
 ROUTES = ("phash", "crop", "top", "bottom")
-DATASET_ORDER = ("mmrb2", "visualprm")  # eval images win canonical ties (clusters.py)
 
 
 class Thumbs(Protocol):
@@ -62,6 +62,7 @@ class Pairs:
     accepted: np.ndarray | None = None
     kind: np.ndarray | None = None
     score: np.ndarray | None = None
+    capped: int = 0  # pairs within the radius left out by the per-image cap
 
     def __len__(self) -> int:
         return len(self.a)
@@ -86,9 +87,11 @@ def _route(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> tuple[np.n
 
 
 def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom: np.ndarray,
-                    searchable: np.ndarray, max_distance: int) -> Pairs:
+                    searchable: np.ndarray, max_distance: int, max_per_image: int | None = None) -> Pairs:
     """Every node pair within `max_distance` on any route (nodes where `searchable` is false are
-    left out), once, with the route of its smallest distance (ties: the earlier route)."""
+    left out), once, with the route of its smallest distance (ties: the earlier route); then each
+    image's `max_per_image` nearest (`_nearest`; `capped` counts the pairs left out)."""
+    max_per_image = MAX_CANDIDATES_PER_IMAGE if max_per_image is None else max_per_image
     nodes = np.flatnonzero(searchable).astype(np.int64)
     parts = []
     # phash and crop share one search: ids 2n are pHashes, 2n+1 crop hashes.
@@ -112,7 +115,38 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     lo, hi, route, dist = lo[order], hi[order], route[order], dist[order]
     first = np.ones(len(lo), bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
-    return Pairs(lo[first], hi[first], route[first], dist[first])
+    pairs = Pairs(lo[first], hi[first], route[first], dist[first])
+    keep = _nearest(pairs, max_per_image)
+    pairs.capped = int((~keep).sum())
+    return _subset(pairs, keep) if pairs.capped else pairs
+
+
+def _nearest(pairs: Pairs, k: int) -> np.ndarray:
+    """Keep a pair when it is among the k nearest of either of its images (distance, then the
+    other image's number): in crowded regions of the hash space (look-alike figures) every image
+    keeps its k best candidates, so verification work grows with the images, not with their pairs."""
+    n = len(pairs)
+    keep = np.zeros(n, bool)
+    if n == 0:
+        return keep
+    # Each pair once from each end: rank every image's pairs together, nearest first.
+    mine = np.concatenate([pairs.a, pairs.b])
+    other = np.concatenate([pairs.b, pairs.a])
+    dist = np.concatenate([pairs.distance, pairs.distance])
+    which = np.concatenate([np.arange(n), np.arange(n)])
+    order = np.lexsort((other, dist, mine))
+    sorted_mine = mine[order]
+    start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
+    rank = np.arange(2 * n) - np.repeat(start, np.diff(np.r_[start, 2 * n]))
+    keep[which[order[rank < k]]] = True
+    return keep
+    for mine, other in ((pairs.a, pairs.b), (pairs.b, pairs.a)):
+        order = np.lexsort((other, pairs.distance, mine))
+        sorted_mine = mine[order]
+        start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
+        rank = np.arange(n) - np.repeat(start, np.diff(np.r_[start, n]))
+        keep[order[rank < k]] = True
+    return keep
 
 
 # ---- 3. verification -------------------------------------------------------------------------
@@ -227,7 +261,8 @@ class Dedupe:
     node_of_row: np.ndarray  # rows with the same node have identical bytes
     node_rep: np.ndarray  # each node's representative row (its best-ranked)
     accepted: pa.Table  # a < b (nodes), kind, score: every accepted pair of distinct nodes
-    candidates: int  # candidate node pairs from the search
+    candidates: int  # candidate node pairs from the search (after the per-image cap)
+    capped: int  # pairs within the radius the per-image cap left out
     verified: int  # of those, accepted by verification
     rejected: Pairs  # the candidate pairs verification refused (with scores), for review
     clustering: Clustering
@@ -236,21 +271,12 @@ class Dedupe:
 
 
 def row_rank(rows: pa.Table) -> np.ndarray:
-    """Each row's place in the canonical order (clusters.py): largest resolution, largest file,
-    eval dataset first, then dataset and image_key; 0 is the best."""
-    width = rows["width"].to_numpy(zero_copy_only=False).astype(np.float64)
-    height = rows["height"].to_numpy(zero_copy_only=False).astype(np.float64)
-    size = np.nan_to_num(rows["bytes"].to_numpy(zero_copy_only=False).astype(np.float64), nan=-1.0)
-    area = np.nan_to_num(width * height, nan=-1.0)
-    datasets = rows["dataset"].to_pylist()
-    order_of = {d: i for i, d in enumerate(DATASET_ORDER)}
-    ds_rank = np.array([order_of.get(d, len(DATASET_ORDER)) for d in datasets])
-    ds_name = np.unique(np.array(datasets, dtype=object), return_inverse=True)[1]
-    keys = np.unique(np.array(rows["image_key"].to_pylist(), dtype=object), return_inverse=True)[1]
-    order = np.lexsort((np.arange(len(datasets)), keys, ds_name, ds_rank, -size, -area))
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    return rank
+    """Each row's place in the canonical order (clusters.canonical_rank); 0 is the best."""
+    def num(name):
+        return rows[name].to_numpy(zero_copy_only=False).astype(np.float64)
+
+    return canonical_rank(rows["dataset"].to_pylist(), rows["image_key"].to_pylist(), num("width"), num("height"),
+                          num("bytes"))
 
 
 class _NodeThumbs:
@@ -335,9 +361,13 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
         "kind": pa.array(kind[order].tolist(), pa.string()),
         "score": pa.array([None if c else float(s) for c, s in zip(is_canon[order], score[order])], pa.float32()),
     })
-    return Dedupe(clusters, inverse.astype(np.int64), rep, accepted, len(pairs), int(ok.sum()), _subset(pairs, ~ok),
+    return Dedupe(clusters, inverse.astype(np.int64), rep, accepted, len(pairs), pairs.capped, int(ok.sum()), _subset(pairs, ~ok),
                   clustering, int(flat.sum()), n)
 
 
 def _subset(p: Pairs, mask: np.ndarray) -> Pairs:
-    return Pairs(p.a[mask], p.b[mask], p.route[mask], p.distance[mask], p.accepted[mask], p.kind[mask], p.score[mask])
+    def take(x):
+        return None if x is None else x[mask]
+
+    return Pairs(p.a[mask], p.b[mask], p.route[mask], p.distance[mask], take(p.accepted), take(p.kind), take(p.score),
+                 p.capped)

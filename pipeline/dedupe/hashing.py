@@ -255,6 +255,9 @@ def _failed(key: str, error: str) -> HashedImage:
     return HashedImage(key, None, None, None, None, None, error)
 
 
+SMALL_BATCH = 256  # below this many images a worker pool costs more to start than it saves
+
+
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -371,11 +374,13 @@ def _worker_init(initializer, initargs) -> None:
 
 def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progress: Progress | None = None,
                chunk: int = 64, max_image_pixels: int | None = None) -> list[HashedImage]:
-    """Hash (key, path) items over `workers` processes (default: every core; <= 1 runs here);
+    """Hash (key, path) items over `workers` processes (default: every core, or this process
+    alone for fewer than SMALL_BATCH items, which hash faster than a pool starts; <= 1 runs here);
     results in item order. Tasks are `chunk` items (fewer when that keeps every worker busy);
     `progress(done, total, images_per_second)` is called after each. An image above
     `max_image_pixels` (None: Pillow's default) is an error row."""
-    workers = default_workers() if workers is None else workers
+    if workers is None:
+        workers = default_workers() if len(items) >= SMALL_BATCH else 1
     jobs = [(i, key, str(path)) for i, (key, path) in enumerate(items)]
     work = partial(_hash_file_chunk, max_pixels=max_image_pixels)
     return _run(_chunks(jobs, chunk, workers), len(jobs), work, workers, progress)

@@ -168,16 +168,30 @@ def _key(v: float) -> float:
     return round(float(v), 4)
 
 
+def _axes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`_axis(lo[i], hi[i])` for every i at once: (B, OUT, SIDE)."""
+    lo, hi = np.asarray(lo, np.float64) * SIDE, np.asarray(hi, np.float64) * SIDE
+    x = np.clip(lo[:, None] + (np.arange(SIDE) + 0.5)[None, :] * (hi - lo)[:, None] / SIDE - 0.5, 0, SIDE - 1)
+    i0 = np.floor(x).astype(np.int64)
+    i1 = np.minimum(i0 + 1, SIDE - 1)
+    f = (x - i0).astype(np.float32)
+    n = len(lo)
+    m = np.zeros((n, SIDE, SIDE), np.float32)
+    rows = np.broadcast_to(np.arange(SIDE), (n, SIDE))
+    batch = np.broadcast_to(np.arange(n)[:, None], (n, SIDE))
+    np.add.at(m, (batch, rows, i0), 1 - f)
+    np.add.at(m, (batch, rows, i1), f)
+    return np.matmul(_SMOOTH, m)
+
+
 def _matrices(aligns: list[tuple]) -> tuple[np.ndarray, ...]:
     """Per pair: rows/cols resampling matrices for a and for b, (B, OUT, SIDE) each."""
-    ay = np.stack([_axis(_key(al[2]), _key(al[3])) for al in aligns])
-    ax = np.stack([_axis(_key(al[0]), _key(al[1])) for al in aligns])
-    by = np.stack([_axis(_key(al[6]), _key(al[7])) for al in aligns])
-    bx = np.stack([_axis(_key(al[4]), _key(al[5])) for al in aligns])
-    return ay, ax, by, bx
+    al = np.asarray(aligns, np.float64).reshape(-1, 8)
+    return _axes(al[:, 2], al[:, 3]), _axes(al[:, 0], al[:, 1]), _axes(al[:, 6], al[:, 7]), _axes(al[:, 4], al[:, 5])
 
 
 _PIXELS = float(OUT * OUT)
+_CORNER_MATRIX = CORNERS.reshape(len(CORNERS), -1).T.astype(np.float32)  # (GRID*GRID, 8)
 _CORNER_PIXELS = CORNERS.sum(axis=(1, 2)) * CELL * CELL  # (8,)
 
 
@@ -187,7 +201,7 @@ def _judge(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     s = _cell_sums(x, y)
     total = s.sum(axis=(2, 3))
     full = _corr(total, _PIXELS)
-    blocks = np.einsum("bkgh,mgh->bmk", s, CORNERS.astype(s.dtype))  # (B, 8, 5)
+    blocks = (s.reshape(-1, GRID * GRID) @ _CORNER_MATRIX).reshape(s.shape[0], 5, -1).transpose(0, 2, 1)  # (B, 8, 5)
     rest = total[:, None, :] - blocks
     r_rest = np.stack([_corr(rest[:, m, :], _PIXELS - _CORNER_PIXELS[m]) for m in range(len(CORNERS))], axis=1)
     best = r_rest.argmax(axis=1)
@@ -221,9 +235,14 @@ def _try(best: _Best, idx: np.ndarray, a: np.ndarray, b: np.ndarray, align: tupl
         return
     ay, ax = _axis(_key(align[2]), _key(align[3])), _axis(_key(align[0]), _key(align[1]))
     by, bx = _axis(_key(align[6]), _key(align[7])), _axis(_key(align[4]), _key(align[5]))
-    x = np.matmul(np.matmul(ay, a[idx]), ax.T)
-    y = np.matmul(np.matmul(by, b[idx]), bx.T)
-    best.update(idx, [align] * len(idx), *_judge(x, y))
+    best.update(idx, [align] * len(idx), *_judge(_resample(a[idx], ay, ax), _resample(b[idx], by, bx)))
+
+
+def _resample(t: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """rows @ t[i] @ cols.T for every i, as two large matrix products (BLAS) instead of B small ones."""
+    n = t.shape[0]
+    right = (t.reshape(n * SIDE, SIDE) @ cols.T).reshape(n, SIDE, OUT)  # (B, SIDE, OUT)
+    return (rows @ right.transpose(1, 0, 2).reshape(SIDE, n * OUT)).reshape(OUT, n, OUT).transpose(1, 0, 2)
 
 
 def _try_each(best: _Best, idx: np.ndarray, a: np.ndarray, b: np.ndarray, aligns: list[tuple]) -> None:
@@ -242,6 +261,8 @@ _SPANS = [(lo, 1 - hi, 0.0, 1.0) for lo in PROFILE_STEPS for hi in PROFILE_STEPS
          [(0.0, 1.0, lo, 1 - hi) for lo in PROFILE_STEPS for hi in PROFILE_STEPS if lo or hi]
 _SPAN_A = np.stack([_axis(_key(s[0]), _key(s[1])) for s in _SPANS])  # (S, OUT, SIDE)
 _SPAN_B = np.stack([_axis(_key(s[2]), _key(s[3])) for s in _SPANS])
+_SPAN_A_FLAT = _SPAN_A.reshape(-1, SIDE)
+_SPAN_B_FLAT = _SPAN_B.reshape(-1, SIDE)
 
 
 def _profiles(t: np.ndarray, axis: int) -> np.ndarray:
@@ -257,28 +278,42 @@ def _corr_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _best_spans(pa_: np.ndarray, pb_: np.ndarray) -> list[tuple[float, float, float, float]]:
     """Per pair, the spans (a_lo, a_hi, b_lo, b_hi) along one axis whose profiles correlate best,
     one image cropped up to PROFILE_MAX_CROP off either end."""
-    r = _corr_rows(np.einsum("sok,bk->bso", _SPAN_A, pa_), np.einsum("sok,bk->bso", _SPAN_B, pb_))
+    b = pa_.shape[0]
+    xa = (_SPAN_A_FLAT @ pa_.T).T.reshape(b, len(_SPANS), OUT)  # one GEMM for every span of every pair
+    xb = (_SPAN_B_FLAT @ pb_.T).T.reshape(b, len(_SPANS), OUT)
+    r = _corr_rows(xa, xb)
     return [_SPANS[i] for i in r.argmax(axis=1)]
+
+
+def _sample(prof: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Profiles (B, SIDE) sampled at OUT points over the spans lo..hi (B, K) by linear
+    interpolation: (B, K, OUT)."""
+    pos = lo[..., None] * SIDE + (np.arange(OUT) + 0.5) * ((hi - lo)[..., None] * SIDE / OUT) - 0.5
+    pos = np.clip(pos, 0, SIDE - 1)
+    i0 = np.floor(pos).astype(np.int64)
+    i1 = np.minimum(i0 + 1, SIDE - 1)
+    f = pos - i0
+    rows = np.arange(prof.shape[0])[:, None, None]
+    return prof[rows, i0] * (1 - f) + prof[rows, i1] * f
 
 
 def _placed(pa_: np.ndarray, pb_: np.ndarray, fa: np.ndarray, fb: np.ndarray) -> list[tuple[float, float, float, float]]:
     """Per pair, where a span of the given length (fa of a's axis, fb of b's; one of them 1) sits
     best along the other image's profile: the offset searched in steps of OFFSET_STEP."""
+    n = len(fa)
+    a_side = fa < 1
+    f = np.where(a_side, fa, fb)
+    steps = np.arange(0.0, 2 * PROFILE_MAX_CROP + 1e-9, OFFSET_STEP)  # every offset any length may need
+    lo = np.minimum(steps[None, :], (1 - f)[:, None])  # offsets past 1 - f repeat the last one
+    hi = lo + f[:, None]
+    whole = _sample(np.where(a_side[:, None], pb_, pa_), np.zeros((n, 1)), np.ones((n, 1)))  # (B, 1, OUT)
+    moved = _sample(np.where(a_side[:, None], pa_, pb_), lo, hi)  # (B, K, OUT)
+    r = _corr_rows(moved, np.broadcast_to(whole, moved.shape))
+    k = r.argmax(axis=1)
     out = []
-    for i in range(len(fa)):
-        f, a_side = (fa[i], True) if fa[i] < 1 else (fb[i], False)
-        offsets = np.arange(0.0, 1 - f + 1e-9, OFFSET_STEP) if f < 1 else np.zeros(1)
-        spans = [(_key(o), _key(o + f)) for o in offsets]
-        m = np.stack([_axis(*sp) for sp in spans])  # (K, OUT, SIDE)
-        whole = _axis(0.0, 1.0)
-        if a_side:
-            r = _corr_rows(m @ pa_[i], whole @ pb_[i])
-            lo, hi = spans[int(r.argmax())]
-            out.append((lo, hi, 0.0, 1.0))
-        else:
-            r = _corr_rows(whole @ pa_[i], m @ pb_[i])
-            lo, hi = spans[int(r.argmax())]
-            out.append((0.0, 1.0, lo, hi))
+    for i in range(n):
+        span = (round(float(lo[i, k[i]]), 4), round(float(hi[i, k[i]]), 4))
+        out.append((*span, 0.0, 1.0) if a_side[i] else (0.0, 1.0, *span))
     return out
 
 
