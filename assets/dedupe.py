@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from pipeline.dedupe.decisions import HASHES_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, thumb_file
 from pipeline.dedupe.engine import ENGINE_VERSION, ROUTES
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import read_staged, write_staged, write_staged_stream
+from pipeline.staging import write_staged, write_staged_stream
 from pipeline.stopping import stop_point
 
 from assets.common import bars, plain_counts, preview, reuse_or_run, staging_key

@@ -116,13 +116,14 @@ def test_no_chaining_in_the_whole_engine():
 
 
 def test_flat_images_are_exact_duplicates_only():
-    """Solid colours of every grey level have degenerate pHashes (all within 1 bit): none is a
-    duplicate of another; identical blank files are exact duplicates; a flat image never meets
+    """5,000 solid images of different colours have degenerate pHashes (all within 1 bit): none is
+    a duplicate of another; identical blank files are exact duplicates; a flat image never meets
     the near search."""
     images = {}
-    for i in range(60):
-        im = Image.new("RGB", (200, 150), ((i * 37) % 256, (i * 91) % 256, (i * 53) % 256))
+    for i in range(5000):
+        im = Image.new("RGB", (40, 30), ((i * 37) % 256, (i * 91) % 256, (i * 53 + i // 256) % 256))
         images[f"solid{i}.png"] = encode(im)
+    assert len(set(images.values())) == 5000
     blank = encode(Image.new("RGB", (300, 200), "white"))
     images["blank1.png"] = images["blank2.png"] = blank
     canvas = Image.new("RGB", (300, 200), "white")
@@ -130,7 +131,7 @@ def test_flat_images_are_exact_duplicates_only():
     images["dot.png"] = encode(canvas)
     rows = signatures(images)
     result = run_engine(rows, 8, ThumbColumn(rows["thumb"]))
-    assert result.flat_nodes == 62 and result.candidates == 0  # blank1/blank2 are one node
+    assert result.flat_nodes == 5002 and result.candidates == 0  # blank1/blank2 are one node
     keys = rows["image_key"].to_pylist()
     listed = {keys[r]: k for r, k in zip(result.clusters["row"].to_pylist(), result.clusters["kind"].to_pylist())}
     assert listed == {"blank1.png": None, "blank2.png": "exact"}

@@ -6,32 +6,46 @@ hash 10-30 bits). So every candidate pair is judged again on a signature stored 
 and made from the same single decode:
 
     thumbnail   the grey image resized to 64x64 (LANCZOS), 4,096 bytes
+    chroma      the mean (Cb, Cr) of the image: its overall colour
     crop_hash   pHash of the thumbnail's central 92 % (4 % off each side): a copy cropped by
                 about 4 % per side has a full-image pHash within a few bits of it
     top_hash    pHash of the thumbnail's top 75 %, and
     bottom_hash of its bottom 75 %: a caption, logo or banner in any corner leaves one of the two
                 untouched, so a copy with such an overlay matches the original on that hash
 
-The comparison (`compare`) works on the thumbnails, smoothed (Gaussian, sigma 0.8 px) so that
-resampling and a sub-pixel shift do not count, and reads the Pearson correlation of the two
-(brightness and contrast do not count either). It tries, in this order:
+The comparison (`compare`) works on the thumbnails, smoothed (Gaussian, sigma 0.8 px) and
+sampled at 32x32, so that resampling and a sub-pixel shift do not count, and reads the Pearson
+correlation of the two (brightness and contrast do not count either). Alignments tried:
 
-    near     the whole frame: correlation >= NEAR_MIN
-    crop     one thumbnail's central region (2/4/6/8 % off each side) resampled onto the other,
-             both ways: correlation >= NEAR_MIN
-    overlay  as either of the above with one corner block (3x2 or 2x3 cells of an 8x8 grid,
-             37.5 % x 25 % of the frame) left out: correlation of the rest >= OVERLAY_MIN
+    1. the whole frame; then one thumbnail's central region (2/4/6/8 % off each side) resampled
+       onto the other, both ways (a pair with a clear whole-frame match, >= CLEAR_MATCH, stops);
+    2. any crop: the best span on one axis from the 1-D row/column profiles (up to 10 % off
+       either end), the other axis's span length from the two images' aspect ratios (a crop
+       never stretches) and its best position, both axes first;
+    3. for pairs that came close (>= REFINE_FROM), a quarter-pixel shift and half a percent more
+       or less around the best alignment (a JPEG decoded at reduced scale sits a fraction of a
+       pixel off its PNG original).
 
-A pair is accepted by the first rule that holds; its `score` is that correlation. A rejected
-pair's score is the best correlation seen (for review). Correlations come from per-cell sums (of
-x, y, x^2, y^2, xy over an 8x8 grid), so leaving a corner out costs a subtraction.
+At every alignment the correlation is also read with one corner block (3x2 or 2x3 cells of an
+8x8 grid, 37.5 % x 25 % of the frame) left out; correlations come from per-cell sums (of x, y,
+x^2, y^2, xy), so leaving a corner out costs a subtraction. The rule that explains the pair:
 
-Thresholds, measured on the benchmark sets of tests/benchmarks/bench_dedupe_quality.py (edited
-copies vs candidate pairs of unrelated images, 1 - correlation):
+    overlay  a corner left out, the rest >= OVERLAY_MIN, when that clearly helps
+             (>= OVERLAY_GAIN over the whole frame) or the whole frame alone fails
+    crop     the best alignment is a crop (>= MIN_CROP off a side) that beats the whole frame by
+             CROP_GAIN, correlation >= NEAR_MIN
+    near     the whole frame (or a sub-pixel shift of it), correlation >= NEAR_MIN
 
-    photos   edited copies <= 0.006 (whole frame or best alignment), unrelated >= 0.15
-    figures  edited copies <= 0.024 (crop 4 % the worst), unrelated charts/diagrams/pages of the
-             same layout >= 0.065 on the whole frame, >= 0.038 with a corner left out
+`score` is that correlation; a refused pair's score is the best seen (for review). Two clearly
+coloured images (mean chroma >= CHROMA_MIN) whose mean colours point more than MAX_HUE_ANGLE
+apart are refused: an edit may brighten, grey out or re-encode, not recolour.
+
+Thresholds, measured on the benchmark sets of tests/benchmarks/bench_dedupe_quality.py and
+printed there (edited copies against their base vs candidate pairs of unrelated images):
+
+    photos   copies >= 0.975; unrelated images are never candidates at radius 8
+    figures  copies >= 0.969; unrelated charts, diagrams and pages of one template <= 0.93
+             (<= 0.973 with a corner left out, on a harder set of near-identical bar charts)
 
 so NEAR_MIN = 0.965 and OVERLAY_MIN = 0.975 sit between the two on both kinds of image.
 
@@ -45,7 +59,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
 import numpy as np
+
 from pipeline.dedupe.hashing import FLAT_STD, THUMB_SIDE as SIDE
 
 GRID = 8  # cells per side for the correlation sums
