@@ -7,7 +7,7 @@ export UV_PYTHON_DOWNLOADS := never
 HOME_DIR := $(if $(REWARDHOUSE_HOME),$(REWARDHOUSE_HOME),$(CURDIR)/data)
 DAGSTER_HOME ?= $(HOME_DIR)/dagster
 
-.PHONY: bootstrap run test dev bench validate clean
+.PHONY: bootstrap run test test-fast dev bench validate clean
 
 bootstrap:
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
@@ -18,6 +18,9 @@ run: bootstrap
 
 test: bootstrap
 	$(UV) run --frozen pytest -q
+
+test-fast: bootstrap
+	$(UV) run --frozen pytest -q -m fast
 
 dev: bootstrap
 	@mkdir -p "$(DAGSTER_HOME)"

@@ -17,11 +17,19 @@ from pipeline.staging import RESULT_FILE, write_text_atomic
 from pipeline.stopping import stop_point
 
 
-def staging_key(snapshot: Optional[RawSnapshot], extra: Optional[dict] = None) -> str:
-    """Staged outputs are keyed by what they were built from, so reruns overwrite like with like."""
+def staging_key(snapshot: Optional[RawSnapshot], extra: Optional[dict] = None, context=None) -> str:
+    """Staged outputs are keyed by what they were built from, so reruns overwrite like with like:
+    the input checksums, the transform version, `extra` (settings, upstream keys) and, given the
+    asset's `context`, that asset's own `code_version` (bumping it after a fix redoes its work)."""
     inputs = snapshot.checksums() if snapshot else None
-    blob = json.dumps({"inputs": inputs, "code": TRANSFORM_VERSION, **(extra or {})}, sort_keys=True)
+    code = {"code": TRANSFORM_VERSION, **({"asset_code": asset_code_version(context)} if context is not None else {})}
+    blob = json.dumps({"inputs": inputs, **code, **(extra or {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def asset_code_version(context) -> Optional[str]:
+    """The code_version of the asset being materialized."""
+    return context.assets_def.code_versions_by_key.get(context.asset_key)
 
 
 def raw_metadata(snapshot: Optional[RawSnapshot]) -> dict:

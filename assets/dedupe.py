@@ -31,7 +31,7 @@ def image_hashes(
     (`mmrb2_task_images` per task, straight from the zip; `visualprm_images`). Beside the published
     table, the engine's signatures (region hashes, flat flag, 64x64 thumbnail) are staged."""
     sources = [mmrb2_images["internal"]["image_hashes"], visualprm_images["internal"]["image_hashes"]]
-    key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["internal"]})
+    key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["internal"]}, context)
     out = rewardhouse.layout().staging / "image_hashes" / key
 
     def compute():
@@ -55,7 +55,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     settings = rewardhouse.settings()
     signatures = image_hashes["internal"]["image_signatures"]
     key = staging_key(None, {"h": image_hashes["tables"], "s": signatures, "r": settings.dedupe_max_distance,
-                             "engine": ENGINE_VERSION})
+                             "engine": ENGINE_VERSION}, context)
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
     def compute():

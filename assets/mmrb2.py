@@ -40,7 +40,7 @@ def mmrb2_annotations(
 ) -> dg.Output[dict]:
     """Pairs, response items and prompt items parsed from the annotation files; bad records quarantined."""
     snapshot = snapshot_of(mmrb2_raw)
-    out = rewardhouse.layout().staging / "mmrb2_annotations" / staging_key(snapshot)
+    out = rewardhouse.layout().staging / "mmrb2_annotations" / staging_key(snapshot, None, context)
 
     def compute():
         parsed = parse_mmrb2(snapshot.annotations(), snapshot.path("new_task_release")) if snapshot else parse_mmrb2({})
@@ -73,11 +73,16 @@ def _task_images(mmrb2_annotations: dict) -> dict[str, TaskImages]:
     return images_by_task(staged["mmrb2_pairs"], staged["mmrb2_response_items"], staged["mmrb2_prompt_items"])
 
 
+# mmrb2_task_images stages its parts and mmrb2_images reads them: both key the parts with this.
+TASK_IMAGES_CODE_VERSION = "1"
+
+
 def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages) -> Path:
     """A part's staged folder, keyed by the image zip's checksum and the part's own names only: a
     changed annotation file redoes the image work of its task, not of the others."""
     zip_sha = snapshot.checksums().get("image_zip") if snapshot else None
-    key = staging_key(None, {"zip": zip_sha, "names": names.digest(), "settings": rewardhouse.settings().fingerprint()})
+    key = staging_key(None, {"zip": zip_sha, "names": names.digest(), "settings": rewardhouse.settings().fingerprint(),
+                             "asset_code": TASK_IMAGES_CODE_VERSION})
     return rewardhouse.layout().staging / "mmrb2_task_images" / part / key
 
 
@@ -105,7 +110,7 @@ with warnings.catch_warnings():
     _partitioned = dg.asset(
         group_name=IMAGES,
         kinds={"python", "parquet"},
-        code_version="1",
+        code_version=TASK_IMAGES_CODE_VERSION,
         tags={"dataset": "mmrb2"},
         partitions_def=MMRB2_PARTITIONS,
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -162,7 +167,7 @@ def mmrb2_images(
     parts[UNREFERENCED], _, _ = reuse_or_compute(
         context.log, folders[UNREFERENCED],
         lambda: _image_part(context, rewardhouse, snapshot, UNREFERENCED, rest, folders[UNREFERENCED]))
-    out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(None, {"parts": {k: f.name for k, f in folders.items()}})
+    out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(None, {"parts": {k: f.name for k, f in folders.items()}}, context)
 
     def compute():
         staged = {key: read_staged(value["tables"]) for key, value in parts.items()}

@@ -38,7 +38,7 @@ def visualprm_samples(
     prm_label_stats; rows of unknown shape are quarantined with a reason."""
     snapshot = snapshot_of(visualprm_raw)
     settings = rewardhouse.settings()
-    out = rewardhouse.layout().staging / "visualprm_samples" / staging_key(snapshot, {"threshold": settings.prm_label_threshold})
+    out = rewardhouse.layout().staging / "visualprm_samples" / staging_key(snapshot, {"threshold": settings.prm_label_threshold}, context)
 
     def compute():
         con = connect()
@@ -83,7 +83,7 @@ def visualprm_images(
     one decode that checks an image also hashes it, for the dedupe step."""
     snapshot = snapshot_of(visualprm_raw)
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    out = layout.staging / "visualprm_images" / staging_key(snapshot, settings.fingerprint())
+    out = layout.staging / "visualprm_images" / staging_key(snapshot, settings.fingerprint(), context)
 
     def compute():
         samples = read_staged(visualprm_samples["internal"])["prm_samples"]
@@ -126,7 +126,8 @@ def visualprm_export(
     images cannot be loaded are left out with a quarantine row."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     key = staging_key(None, {"s": visualprm_samples["internal"], "i": visualprm_images["tables"],
-                             "d": image_dedupe["tables"], "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]})
+                             "d": image_dedupe["tables"], "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]},
+                      context)
     out = layout.staging / "visualprm_export" / key
 
     def compute():

@@ -356,7 +356,8 @@ def cmd_score(args) -> int:
 def _without_pandas() -> None:
     """pyarrow imports pandas the first time it converts data, if pandas is installed: 0.8 s here,
     for nothing in a command that never makes a DataFrame. A stand-in that pyarrow reads as a
-    pandas too old to use (and that DuckDB never needs) keeps it out of this process."""
+    pandas too old to use (and that DuckDB never needs) keeps it out of the process. Only for a
+    `rewardhouse dedupe` process: pyarrow remembers the answer for the rest of the process."""
     if "pandas" in sys.modules:
         return
     import types
@@ -371,7 +372,6 @@ def _without_pandas() -> None:
 def cmd_dedupe(args) -> int:
     import time
 
-    _without_pandas()
     from pipeline.dedupe.folder import dedupe_folder, explain_pair
 
     root = Path(args.dir)
@@ -519,6 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None and args.func is cmd_dedupe:
+        _without_pandas()  # the whole process is this one command (not a caller's Python session)
     try:
         return args.func(args)
     except OSError as exc:  # an unwritable or full data root, outside any run: say which path, no traceback

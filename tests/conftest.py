@@ -144,3 +144,20 @@ def hub(tmp_path, monkeypatch):
     with FakeHub() as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         yield server
+
+
+# `make test-fast`: the unit and parser tests, for the inner loop (under a minute on 2 cores).
+# Everything else runs the pipeline, a server or a killed process; `make test` runs all of it.
+FAST_MODULES = {
+    "test_search", "test_hashing", "test_dedupe_engine", "test_dedupe_decisions", "test_dedupe_command",
+    "test_parse_mmrb2", "test_parse_visualprm", "test_zipread", "test_liveness", "test_stopping",
+    "test_quality_rules", "test_source_sample", "test_source_visualprm_sample", "test_hostile_records",
+    "test_hostile_images", "test_hostile_archives", "test_visualprm_images", "test_source_local",
+    "test_source_visualprm", "test_gc", "test_release_store",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)

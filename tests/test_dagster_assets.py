@@ -67,3 +67,25 @@ def test_unchanged_input_reuses_staged_work_and_reports_data_versions(tmp_path):
     assert release.metadata["published"].value is False
     gx = next(e for e in second.get_asset_check_evaluations() if e.check_name == "gx_prm_steps")
     assert "reused_from_release" in gx.metadata["details"].value
+
+
+def test_bumping_an_assets_code_version_redoes_its_staged_work(tmp_path):
+    """The reuse key holds the asset's own code_version: after a parser fix and a bump, the staged
+    folder of the old code is not reused."""
+    from assets.mmrb2 import mmrb2_annotations, mmrb2_raw
+
+    resource = RewardhouseResource(source="sample", home=str(tmp_path))
+
+    def reused(annotations) -> bool:
+        result = dg.materialize([mmrb2_raw, annotations], resources={"rewardhouse": resource}, instance=instance)
+        (event,) = [m for m in result.get_asset_materialization_events() if m.asset_key.to_user_string() == "mmrb2_annotations"]
+        return event.materialization.metadata["reused"].value
+
+    bumped = dg.asset(name="mmrb2_annotations", group_name="staged", code_version="999")(
+        mmrb2_annotations.op.compute_fn.decorated_fn)
+    assert mmrb2_annotations.code_versions_by_key[mmrb2_annotations.key] != "999"
+    with dg.instance_for_test() as instance:
+        assert reused(mmrb2_annotations) is False
+        assert reused(mmrb2_annotations) is True  # unchanged input and code: reused
+        assert reused(bumped) is False  # same input, new code version: redone
+        assert reused(bumped) is True

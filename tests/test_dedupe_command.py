@@ -78,3 +78,22 @@ def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
 
     assert main(["dedupe", str(d), "--explain", "chart.png", "missing.png"]) == 2
     assert "missing.png is not a file" in capsys.readouterr().err
+
+
+def test_the_command_starts_without_dagster_or_pandas(tmp_path):
+    """`rewardhouse dedupe` as its own process imports neither Dagster nor pandas (0.8 s that
+    pyarrow would spend on it), so a small folder is hashed at once."""
+    import subprocess
+    import sys
+
+    from tests.dedupe_images import encode, photo
+
+    for i in range(3):
+        (tmp_path / f"{i}.png").write_bytes(encode(photo(i, (96, 64))))
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pipeline.cli", "dedupe", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "numpy" in imported and "duckdb" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("pandas", "dagster", "great_expectations")}
+    assert done.stdout.count("\n") == 4  # the CSV header and one row per image
