@@ -8,7 +8,7 @@ from typing import Optional
 import dagster as dg
 import pyarrow as pa
 
-from checks.rules import CheckOutcome
+from checks.outcomes import CHECKS_DIR, REQUIRED_CHECKS, read_outcomes
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
@@ -20,7 +20,6 @@ from warehouse.store import ReleaseStore, release_id_for
 from assets.common import snapshot_of
 
 GROUP = "release"
-CHECKS_DIR = "checks"
 
 QUALITY_SCHEMA = pa.schema(
     [("release_id", pa.string()), ("check", pa.string()), ("passed", pa.bool_()), ("severity", pa.string()), ("details", pa.string())]
@@ -41,17 +40,6 @@ def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
                 tables[name] = table
     tables["quarantine"] = pa.concat_tables(quarantine)
     return tables
-
-
-def write_outcome(candidate: dict, outcome: CheckOutcome) -> None:
-    folder = Path(candidate["dir"]) / CHECKS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / f"{outcome.check}.json", outcome.to_json())
-
-
-def read_outcomes(candidate: dict) -> dict[str, dict]:
-    folder = Path(candidate["dir"]) / CHECKS_DIR
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
 @dg.asset(group_name="quality", kinds={"parquet"}, code_version="1")
@@ -105,8 +93,6 @@ def warehouse_release(
 ) -> dg.MaterializeResult:
     """Publish the judged candidate as an immutable release (with its check results in
     `quality_results`) and point the warehouse at it. Runs only when no blocking check failed."""
-    from checks.release import REQUIRED_CHECKS
-
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     candidate = release_candidate
     release_id = candidate["release_id"]

@@ -7,8 +7,8 @@ candidate that was not judged and store the results in `quality_results`.
 import dagster as dg
 import duckdb
 
-from assets.release import write_outcome
 from checks import rules
+from checks.outcomes import GX_TABLES, RULE_CHECKS, write_outcome
 from checks.rules import CheckOutcome
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import read_staged
@@ -16,15 +16,6 @@ from pipeline.stopping import stop_point
 from warehouse.duck import schema_for
 from warehouse.store import ReleaseStore
 
-# Published tables with a GX suite (checks/suites.py builds them; kept here so loading the code
-# location does not import great_expectations).
-GX_TABLES = (
-    "mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items", "mmrb2_images",
-    "prm_samples", "prm_steps", "prm_images", "prm_label_stats",
-    "image_hashes", "duplicate_clusters", "contamination", "quarantine",
-)
-RULE_CHECKS = ("referential_integrity", "step_label_distribution", "drift_vs_previous", "dedupe_sanity", "quarantine_budget")
-REQUIRED_CHECKS = tuple(f"gx_{t}" for t in GX_TABLES) + RULE_CHECKS
 
 _RULE_DESCRIPTIONS = {
     "referential_integrity": "every referenced image is inventoried or quarantined; every step, item and cluster member has its parent",

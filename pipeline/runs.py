@@ -20,12 +20,11 @@ for runs launched from the UI while the daemon is up.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable
 
 import dagster as dg
 

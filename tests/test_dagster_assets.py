@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from checks.release import REQUIRED_CHECKS
+from checks.outcomes import REQUIRED_CHECKS
 from pipeline.definitions import defs
 from pipeline.resources import RewardhouseResource
 from pipeline.sources.sample import CORRUPT_IMAGE, MISSING_IMAGE, sample_facts

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -1,7 +1,6 @@
 """The release gate's rules on a real sample candidate, and on copies broken in the ways that matter."""
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from checks import rules

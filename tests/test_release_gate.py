@@ -6,7 +6,6 @@ import shutil
 import dagster as dg
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 

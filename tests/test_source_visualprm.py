@@ -25,9 +25,8 @@ from pipeline.settings import (
 )
 from pipeline.sources import hf as hf_source
 from pipeline.sources.base import ChecksumCache, SourceError
-from pipeline.sources.hf import fetch_hf
-from pipeline.sources.visualprm import (  # fetch_visualprm_hf is defined in hf.py, re-exported here
-    fetch_visualprm_hf,
+from pipeline.sources.hf import fetch_hf, fetch_visualprm_hf
+from pipeline.sources.visualprm import (
     listing_digest,
     prm_image_root,
     prm_image_zips,

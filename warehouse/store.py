@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.liveness import Busy, Holder, read_holder
-from pipeline.sources.base import sha256_file
+from pipeline.checksums import sha256_file
 from pipeline.stopping import stop_point
 
 CURRENT = "CURRENT"

@@ -71,6 +71,6 @@ def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: Non
     if settings.source == "local":
         path = _local_path(settings)
         return snapshot_visualprm(path, "local", cache, revisions={"local": str(path.resolve())})
-    from pipeline.sources.visualprm import fetch_visualprm_hf
+    from pipeline.sources.hf import fetch_visualprm_hf
 
     return fetch_visualprm_hf(layout.raw_source("hf"), cache, revision=settings.hf_visualprm_revision, log=log)

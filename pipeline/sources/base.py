@@ -9,13 +9,13 @@ Upstream layout under a source root (identical for sample, local and hf):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline.checksums import sha256_file
 from pipeline.settings import (
     MMRB2_ANNOTATION_REPO,
     MMRB2_IMAGE_REPO,
@@ -80,14 +80,6 @@ class RawSnapshot:
             files=tuple(RawFile(**f) for f in d["files"]),
             revisions=dict(d.get("revisions", {})),
         )
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 class ChecksumCache:

@@ -213,13 +213,3 @@ def prm_image_root(snap: RawSnapshot) -> Path | None:
     if prm_jsonl_files(snap) or snap.path(LISTING_ROLE) is not None:
         return Path(snap.root) / UPSTREAM_DIR
     return None
-
-
-def __getattr__(name: str):
-    """`fetch_visualprm_hf` lives in hf.py with the other Hub downloads (hf.py imports this
-    module); it is importable from here too."""
-    if name == "fetch_visualprm_hf":
-        from pipeline.sources.hf import fetch_visualprm_hf
-
-        return fetch_visualprm_hf
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

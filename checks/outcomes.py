@@ -1,0 +1,33 @@
+"""The release gate's bookkeeping, shared by the candidate asset and its checks (no Dagster): which
+checks must have judged a candidate, and their outcome records in the candidate's folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from checks.rules import CheckOutcome
+from pipeline.staging import write_text_atomic
+
+CHECKS_DIR = "checks"
+
+# Published tables with a GX suite (checks/suites.py builds them; kept here so loading the code
+# location does not import great_expectations).
+GX_TABLES = (
+    "mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items", "mmrb2_images",
+    "prm_samples", "prm_steps", "prm_images", "prm_label_stats",
+    "image_hashes", "duplicate_clusters", "contamination", "quarantine",
+)
+RULE_CHECKS = ("referential_integrity", "step_label_distribution", "drift_vs_previous", "dedupe_sanity", "quarantine_budget")
+REQUIRED_CHECKS = tuple(f"gx_{t}" for t in GX_TABLES) + RULE_CHECKS
+
+
+def write_outcome(candidate: dict, outcome: CheckOutcome) -> None:
+    folder = Path(candidate["dir"]) / CHECKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / f"{outcome.check}.json", outcome.to_json())
+
+
+def read_outcomes(candidate: dict) -> dict[str, dict]:
+    folder = Path(candidate["dir"]) / CHECKS_DIR
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
