@@ -4,6 +4,7 @@ and contamination, by the one engine (pipeline/dedupe/engine.py)."""
 import time
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -107,8 +108,6 @@ def near_misses(rows: pa.Table, result) -> pa.Table:
     """The candidate pairs verification refused, best scores first (at most NEAR_MISSES)."""
     if result is None or len(result.rejected) == 0:
         return NEAR_MISS_SCHEMA.empty_table()
-    import numpy as np
-
     r = result.rejected
     top = np.argsort(-r.score, kind="stable")[:NEAR_MISSES]
     rep = result.node_rep

@@ -18,6 +18,8 @@ node numbering.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 DATASET_ORDER = ("mmrb2", "visualprm")
@@ -78,3 +80,8 @@ def canonical_rank(dataset: list, image_key: list, width: np.ndarray, height: np
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     return rank
+
+
+def cluster_id(dataset: str, image_key: str) -> str:
+    """A cluster's id: the first 16 hex characters of sha256("<dataset>/<image_key>") of its canonical."""
+    return hashlib.sha256(f"{dataset}/{image_key}".encode()).hexdigest()[:16]

@@ -19,7 +19,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedupe.engine import Dedupe, dedupe
+from pipeline.dedupe.engine import Dedupe, dedupe, phash_distance
 from pipeline.dedupe.hashing import THUMB_SIDE, HashedImage, is_flat
 
 EVAL_DATASET, TRAIN_DATASET = "mmrb2", "visualprm"
@@ -141,8 +141,6 @@ def contamination_table(hashes: pa.Table, result: Dedupe) -> pa.Table:
     finally:
         con.close()
     phash = hashes["phash"].to_numpy(zero_copy_only=False).astype(np.int64)
-    from pipeline.dedupe.engine import phash_distance
-
     tr, er = found["tr"].to_numpy(), found["er"].to_numpy()
     return pa.table({
         "train_image_key": found["train_image_key"], "eval_image_key": found["eval_image_key"],

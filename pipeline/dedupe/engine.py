@@ -36,7 +36,7 @@ from typing import Callable, Protocol
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedupe.clusters import canonical_rank, connected_components
+from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_components
 from pipeline.dedupe.search import near_pairs
 from pipeline.dedupe.verify import compare
 
@@ -291,22 +291,15 @@ class _NodeThumbs:
         return out
 
 
-def _cluster_id(dataset: str, key: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(f"{dataset}/{key}".encode()).hexdigest()[:16]
-
-
 def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None) -> Dedupe:
     """The engine (module docstring) over image rows with ROW_COLUMNS; `thumbs[rows]` gives their
     thumbnails."""
     n_rows = rows.num_rows
     sha = rows["sha256"].to_pylist()
-    _, node_of, inverse = np.unique(np.array(sha, dtype=object), return_index=True, return_inverse=True)
-    n = len(node_of)
+    nodes, inverse = np.unique(np.array(sha, dtype=object), return_inverse=True)
+    n = len(nodes)
     rank_row = row_rank(rows)
     # A node's representative is its best-ranked row; a node ranks as that row.
-    rep = np.full(n, -1, np.int64)
     best = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(best, inverse, rank_row)
     rep_of_rank = np.empty(n_rows, np.int64)
@@ -355,7 +348,7 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
     order = np.lexsort((rank_row[r_idx], rank_row[c_row]))
     clusters = pa.table({
         "row": pa.array(r_idx[order]),
-        "cluster_id": pa.array([_cluster_id(datasets[c], keys[c]) for c in c_row[order]], pa.string()),
+        "cluster_id": pa.array([cluster_id(datasets[c], keys[c]) for c in c_row[order]], pa.string()),
         "is_canonical": pa.array(is_canon[order]),
         "distance_to_canonical": pa.array(phash_distance(all_phash[r_idx], all_phash[c_row])[order].astype(np.int32)),
         "kind": pa.array(kind[order].tolist(), pa.string()),

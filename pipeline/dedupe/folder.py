@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
 
+from pipeline.dedupe.clusters import cluster_id
+from pipeline.dedupe.decisions import hashes_table, run_engine
 from pipeline.dedupe.engine import ROUTES, Dedupe, phash_distance
-from pipeline.dedupe.hashing import HashedImage, hash_files, is_flat
+from pipeline.dedupe.hashing import hash_files, is_flat
 from pipeline.settings import DEFAULT_MAX_DISTANCE
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"}
@@ -63,38 +64,16 @@ def image_files(root: Path) -> list[Path]:
     return found
 
 
-def signature_rows(hashed: list[HashedImage], sizes: list[int | None], dataset: str = "folder") -> pa.Table:
-    """The engine's input rows (engine.ROW_COLUMNS) and thumbnails for hashed images."""
-    return pa.table({
-        "dataset": pa.array([dataset] * len(hashed)),
-        "image_key": pa.array([h.key for h in hashed]),
-        "sha256": pa.array([h.sha256 for h in hashed]),
-        "phash": pa.array([h.phash for h in hashed], pa.int64()),
-        "crop_hash": pa.array([h.crop_hash for h in hashed], pa.int64()),
-        "top_hash": pa.array([h.top_hash for h in hashed], pa.int64()),
-        "bottom_hash": pa.array([h.bottom_hash for h in hashed], pa.int64()),
-        "width": pa.array([h.width for h in hashed], pa.int32()),
-        "height": pa.array([h.height for h in hashed], pa.int32()),
-        "bytes": pa.array(sizes, pa.int64()),
-        "flat": pa.array([is_flat(np.frombuffer(h.thumb, np.uint8)) for h in hashed]),
-        "chroma_cb": pa.array([h.chroma_cb for h in hashed], pa.float32()),
-        "chroma_cr": pa.array([h.chroma_cr for h in hashed], pa.float32()),
-    })
-
-
 def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers: int | None = None,
                   progress: Callable[[int, int, float], None] | None = None) -> FolderDedupe:
-    from pipeline.dedupe.engine import dedupe
-
     files = image_files(root)
     results = hash_files([(p.relative_to(root).as_posix(), p) for p in files], workers=workers, progress=progress)
     out = FolderDedupe(errors=[(r.key, r.error) for r in results if r.error])
     ok = [r for r in results if not r.error]
     if not ok:
         return out
-    rows = signature_rows(ok, [(root / r.key).stat().st_size for r in ok])
-    thumbs = np.frombuffer(b"".join(r.thumb for r in ok), np.uint8).reshape(len(ok), -1)
-    result = dedupe(rows, thumbs, max_distance)
+    rows = hashes_table("folder", ok, {r.key: (root / r.key).stat().st_size for r in ok})
+    result = run_engine(rows, max_distance)
     out.result = result
     c = result.clusters
     listed = {}
@@ -102,9 +81,7 @@ def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers:
                                                   c["is_canonical"].to_pylist(), c["distance_to_canonical"].to_pylist(),
                                                   c["kind"].to_pylist(), c["score"].to_pylist()):
         listed[row] = (ok[row].key, cid, canon, dist, kind, score)
-    from pipeline.dedupe.engine import _cluster_id
-
-    out.rows = sorted(listed.get(i) or (r.key, _cluster_id("folder", r.key), True, 0, None, None) for i, r in enumerate(ok))
+    out.rows = sorted(listed.get(i) or (r.key, cluster_id("folder", r.key), True, 0, None, None) for i, r in enumerate(ok))
     return out
 
 

@@ -102,23 +102,11 @@ def _gauss_matrix(sigma: float) -> np.ndarray:
 _SMOOTH = _gauss_matrix(SIGMA)
 
 
-def _bilinear(lo: float, hi: float) -> np.ndarray:
-    """SIDE x SIDE: sample the span [lo, hi) (in pixels) of an axis at SIDE points, bilinearly."""
-    x = np.clip(lo + (np.arange(SIDE) + 0.5) * (hi - lo) / SIDE - 0.5, 0, SIDE - 1)
-    i0 = np.floor(x).astype(int)
-    i1 = np.minimum(i0 + 1, SIDE - 1)
-    f = x - i0
-    m = np.zeros((SIDE, SIDE), np.float32)
-    np.add.at(m, (np.arange(SIDE), i0), 1 - f)
-    np.add.at(m, (np.arange(SIDE), i1), f)
-    return m
-
-
 @lru_cache(maxsize=65536)
 def _axis(lo: float, hi: float) -> np.ndarray:
     """OUT x SIDE: take the span lo..hi (fractions) of an axis, resample it to the whole axis, smooth
     and sample at OUT points. lo < 0 or hi > 1 reach past the edge (the edge pixel repeats)."""
-    return _SMOOTH @ _bilinear(lo * SIDE, hi * SIDE)
+    return _axes(np.array([lo]), np.array([hi]))[0]
 
 
 def _corner_masks() -> np.ndarray:
