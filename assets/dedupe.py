@@ -1,4 +1,4 @@
-"""Dedupe assets: hashes and verification signatures of every image of both datasets → clusters
+"""Dedupe assets: hashes and verification signatures of every image of every dataset → clusters
 and contamination, by the one engine (pipeline/dedupe/engine.py)."""
 
 import time
@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import datasets
 from pipeline.dedupe.decisions import HASHES_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, thumb_file
 from pipeline.dedupe.engine import ENGINE_VERSION, ROUTES
 from pipeline.resources import RewardhouseResource
@@ -20,19 +21,19 @@ GROUP = "dedupe"
 NEAR_MISSES = 1000  # rejected candidate pairs kept for review, best scores first
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="2")
-def image_hashes(
-    context: dg.AssetExecutionContext,
-    rewardhouse: RewardhouseResource,
-    mmrb2_images: dict,
-    visualprm_images: dict,
-) -> dg.Output[dict]:
-    """sha256, 64-bit pHash and dHash, width and height of every decodable image of both datasets,
-    gathered from the steps that read them: each image is decoded once, where it is checked
-    (`mmrb2_task_images` per task, straight from the zip; `visualprm_images`). Beside the published
-    table, the engine's signatures (region hashes, flat flag, 64x64 thumbnail) are staged."""
-    sources = [mmrb2_images["internal"]["image_hashes"], visualprm_images["internal"]["image_hashes"]]
-    key = staging_key(None, {"m": mmrb2_images["internal"], "v": visualprm_images["internal"]}, context)
+IMAGE_ASSETS = tuple(dict.fromkeys(d.image_asset for d in datasets.DATASETS))
+
+
+@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="3",
+          ins={name: dg.AssetIn(name) for name in IMAGE_ASSETS})
+def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, **images: dict) -> dg.Output[dict]:
+    """sha256, 64-bit pHash and dHash, width and height of every decodable image of every dataset
+    in the registry, gathered from the steps that read them: each image is decoded once, where it
+    is checked (e.g. `mmrb2_task_images` per task, straight from the zip; `visualprm_images`;
+    `vlrb_pairs`). Beside the published table, the engine's signatures (region hashes, flat flag,
+    64x64 thumbnail) are staged."""
+    sources = [images[name]["internal"]["image_hashes"] for name in IMAGE_ASSETS]
+    key = staging_key(None, {name: images[name]["internal"] for name in IMAGE_ASSETS}, context)
     out = rewardhouse.layout().staging / "image_hashes" / key
 
     def compute():
@@ -47,12 +48,13 @@ def image_hashes(
     return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="2")
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="3")
 def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: dict) -> dg.Output[dict]:
     """Candidate pairs from the exact multi-index search (pHash, crop and top/bottom region hashes
     within the radius), each verified on the thumbnails (near | crop | overlay, with a score);
     clusters whose every member is verified against the canonical image (no chaining); and
-    VisualPRM images that are the same as, or a verified near-copy of, an MMRB2 image."""
+    train images that are the same as, or a verified near-copy of, an image of an eval set
+    (every eval set against every train set of the registry)."""
     settings = rewardhouse.settings()
     signatures = image_hashes["internal"]["image_signatures"]
     key = staging_key(None, {"h": image_hashes["tables"], "s": signatures, "r": settings.dedupe_max_distance,

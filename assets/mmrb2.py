@@ -11,7 +11,9 @@ import pyarrow as pa
 
 from pipeline.dedupe.decisions import hashes_table
 from pipeline.dedupe.hashing import default_workers
-from pipeline.mmrb2.images import inventory_images
+from pipeline.contract import enforce
+from pipeline.mmrb2.contract import contracts
+from pipeline.mmrb2.images import DATASET, inventory_images
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
@@ -34,25 +36,26 @@ def mmrb2_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResourc
     return fetch_output(context, fetch_mmrb2, rewardhouse, "MMRB2")
 
 
-@dg.asset(group_name=STAGED, kinds={"python", "parquet"}, code_version="1")
+@dg.asset(group_name=STAGED, kinds={"python", "parquet"}, code_version="2")
 def mmrb2_annotations(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict]
 ) -> dg.Output[dict]:
-    """Pairs, response items and prompt items parsed from the annotation files; bad records quarantined."""
+    """Pairs, response items and prompt items parsed from the annotation files; a record that
+    cannot be parsed, or breaks its record contract (pipeline/mmrb2/contract.py: value sets, per
+    task human_annotations shapes, ...), is quarantined with its items, and the rest goes on."""
     snapshot = snapshot_of(mmrb2_raw)
     out = rewardhouse.layout().staging / "mmrb2_annotations" / staging_key(snapshot, None, context)
 
     def compute():
         parsed = parse_mmrb2(snapshot.annotations(), snapshot.path("new_task_release")) if snapshot else parse_mmrb2({})
-        tables = parsed.tables()
-        tables["quarantine"] = quarantine_table(parsed.rejected)
+        checked = enforce(DATASET, parsed.tables(), contracts(rewardhouse.settings().quality))
+        tables = checked.tables
+        tables["quarantine"] = quarantine_table(parsed.rejected + checked.rejected)
         pairs = tables["mmrb2_pairs"]
         tasks = pairs.group_by("task").aggregate([("pair_id", "count")]).to_pylist() if pairs.num_rows else []
         value = {
             "present": snapshot is not None,
             "tables": write_staged(out, tables),
-            "response_images": sorted(parsed.response_images()),
-            "prompt_images": sorted(parsed.prompt_images()),
         }
         metadata = {
             **plain_counts(tables),

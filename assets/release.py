@@ -9,6 +9,7 @@ import dagster as dg
 import pyarrow as pa
 
 from checks.outcomes import CHECKS_DIR, REQUIRED_CHECKS, read_outcomes
+from pipeline import datasets
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
@@ -42,26 +43,21 @@ def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
     return tables
 
 
-@dg.asset(group_name="quality", kinds={"parquet"}, code_version="1")
-def release_candidate(
-    rewardhouse: RewardhouseResource,
-    mmrb2_raw: Optional[dict],
-    mmrb2_annotations: dict,
-    mmrb2_images: dict,
-    visualprm_raw: Optional[dict],
-    visualprm_samples: dict,
-    visualprm_images: dict,
-    visualprm_export: dict,
-    image_hashes: dict,
-    image_dedupe: dict,
-) -> dg.Output[dict]:
+# The candidate's inputs, from the registry: every dataset's raw snapshot and staged outputs, then
+# the shared dedupe outputs.
+RAW_INPUTS = {d.name: d.raw_asset for d in datasets.DATASETS}
+STAGED_INPUTS = tuple(dict.fromkeys([a for d in datasets.DATASETS for a in d.staged_assets] + ["image_hashes", "image_dedupe"]))
+EXPORTS = {d.name: d.export_asset for d in datasets.DATASETS if d.export_asset}
+
+
+@dg.asset(group_name="quality", kinds={"parquet"}, code_version="2",
+          ins={name: dg.AssetIn(name) for name in (*RAW_INPUTS.values(), *STAGED_INPUTS)})
+def release_candidate(rewardhouse: RewardhouseResource, **inputs: Optional[dict]) -> dg.Output[dict]:
     """Every table of the next release, its content-derived id, sources and exports, staged
     together so the blocking checks can judge the release as a whole before anything is published."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    raws = {"mmrb2": snapshot_of(mmrb2_raw), "visualprm": snapshot_of(visualprm_raw)}
-    tables = collect_tables(
-        [mmrb2_annotations, mmrb2_images, visualprm_samples, visualprm_images, visualprm_export, image_hashes, image_dedupe]
-    )
+    raws = {name: snapshot_of(inputs[asset]) for name, asset in RAW_INPUTS.items()}
+    tables = collect_tables([inputs[name] for name in STAGED_INPUTS])
     sources = {
         name: {"source": s.source, "revisions": s.revisions, "files": s.checksums()} if s else {"absent": True}
         for name, s in raws.items()
@@ -72,13 +68,15 @@ def release_candidate(
     # A candidate is judged afresh on every run: stale outcomes must not vouch for it.
     for old in (folder / CHECKS_DIR).glob("*.json") if (folder / CHECKS_DIR).is_dir() else []:
         old.unlink()
+    (train, export_asset), = EXPORTS.items()  # one training export today; the manifest names its dataset
+    export = inputs[export_asset]
     candidate = {
         "release_id": release_id,
         "dir": str(folder),
         "tables": write_staged(folder / "tables", tables),
         "sources": sources,
         "settings": settings.fingerprint(),
-        "export": {k: visualprm_export[k] for k in ("files", "images", "rows", "removed")},
+        "export": {"dataset": train, **{k: export[k] for k in ("files", "images", "rows", "removed")}},
     }
     write_text_atomic(folder / CANDIDATE_FILE, json.dumps(candidate, indent=2, sort_keys=True))
     return dg.Output(

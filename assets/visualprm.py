@@ -6,12 +6,14 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.contract import enforce
 from pipeline.quarantine import QUARANTINE_SCHEMA, quarantine_table
+from pipeline.visualprm.contract import contracts
 from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_visualprm
 from pipeline.sources.visualprm import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.staging import read_staged, write_staged
-from pipeline.dedupe.decisions import hashes_table, mark_samples
+from pipeline.dedupe.decisions import contaminated_by, hashes_table, mark_samples
 from pipeline.visualprm.export import build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
 from pipeline.visualprm.parse import parse_prm
@@ -30,7 +32,7 @@ def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseRes
     return fetch_output(context, fetch_visualprm, rewardhouse, "VisualPRM400K")
 
 
-@dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="1", tags={"dataset": "visualprm"})
+@dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="2", tags={"dataset": "visualprm"})
 def visualprm_samples(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict]
 ) -> dg.Output[dict]:
@@ -49,7 +51,10 @@ def visualprm_samples(
         else:
             rejected = load_parquet_input(con, [])
         tables = parse_prm(con, threshold=settings.prm_label_threshold)
-        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), tables["quarantine"].cast(QUARANTINE_SCHEMA)])
+        parsed_out = tables.pop("quarantine").cast(QUARANTINE_SCHEMA)
+        checked = enforce(DATASET, tables, contracts(settings.quality))  # the record contract, per sample
+        tables = checked.tables
+        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), parsed_out, quarantine_table(checked.rejected)])
         stats = tables["prm_label_stats"] = label_stats(tables["prm_samples"])
         paths = write_staged(out, tables)
         # prm_samples is published by visualprm_export, once dedupe has marked duplicates.
@@ -112,7 +117,7 @@ def visualprm_images(
     return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="1", tags={"dataset": "visualprm"})
+@dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="2", tags={"dataset": "visualprm"})
 def visualprm_export(
     context: dg.AssetExecutionContext,
     rewardhouse: RewardhouseResource,
@@ -143,6 +148,11 @@ def visualprm_export(
             "contaminated": pc.sum(drop_contaminated).as_py() or 0,
             "dedupe_total": samples.num_rows - (pc.sum(keep).as_py() or 0),
         }
+        # Per eval set: the samples left out because they copy an image of that set (a sample
+        # that copies two eval sets counts in both; `contaminated` counts it once).
+        dropped = drop_contaminated.to_numpy(zero_copy_only=False)
+        removed["contaminated_by"] = {ev: int((mask & dropped).sum())
+                                      for ev, mask in contaminated_by(samples, staged["contamination"], DATASET).items()}
         result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
         removed["image_unavailable"] = len(result.excluded)
         excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
@@ -155,7 +165,9 @@ def visualprm_export(
             "rows": result.rows,
             "removed": removed,
         }
-        metadata = {"rows": result.rows, "images": len(result.image_files), **{f"removed_{k}": v for k, v in removed.items()},
+        metadata = {"rows": result.rows, "images": len(result.image_files),
+                    **{f"removed_{k}": v for k, v in removed.items() if k != "contaminated_by"},
+                    **{f"removed_contaminated_by_{ev}": n for ev, n in removed["contaminated_by"].items()},
                     "preview": preview(samples, columns=["sample_id", "source", "n_steps", "is_duplicate", "is_contaminated", "in_export"])}
         return value, metadata
 

@@ -7,18 +7,16 @@ import json
 from pathlib import Path
 
 from checks.rules import CheckOutcome
+from pipeline.datasets import table_contracts
 from pipeline.staging import write_text_atomic
 
 CHECKS_DIR = "checks"
 
-# Published tables with a GX suite (checks/suites.py builds them; kept here so loading the code
-# location does not import great_expectations).
-GX_TABLES = (
-    "mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items", "mmrb2_images",
-    "prm_samples", "prm_steps", "prm_images", "prm_label_stats",
-    "image_hashes", "duplicate_clusters", "contamination", "quarantine",
-)
-RULE_CHECKS = ("referential_integrity", "step_label_distribution", "drift_vs_previous", "dedupe_sanity", "quarantine_budget")
+# Published tables with a GX suite: every table contract of the registry (checks/suites.py builds
+# the suites; the names are read here so loading the code location does not import GX).
+GX_TABLES = tuple(table_contracts())
+RULE_CHECKS = ("referential_integrity", "step_label_distribution", "drift_vs_previous", "dedupe_sanity",
+               "quarantine_budget", "upstream_files")
 REQUIRED_CHECKS = tuple(f"gx_{t}" for t in GX_TABLES) + RULE_CHECKS
 
 

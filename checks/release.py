@@ -23,6 +23,8 @@ _RULE_DESCRIPTIONS = {
     "drift_vs_previous": "label and steps-per-sample distributions (PSI) and row counts against the previous release",
     "dedupe_sanity": "no duplicate cluster above the size bound; contamination reported",
     "quarantine_budget": "quarantined share of each dataset's records and images under the budget",
+    "upstream_files": "no whole upstream file (archive, annotation file, shard) was refused; "
+                      "blocks unless allow_unusable_files",
 }
 
 
@@ -95,6 +97,7 @@ def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: Rewardhou
             rules.drift(con, previous, previous_id, {t: v.num_rows for t, v in tables.items()}, previous_counts, q),
             rules.dedupe_sanity(con, q),
             rules.quarantine_budget(con, q),
+            rules.upstream_files(con, settings.allow_unusable_files),
         ]
     finally:
         if previous is not None:
@@ -117,11 +120,11 @@ def release_gx_suites(context: dg.AssetCheckExecutionContext, rewardhouse: Rewar
             write_outcome(release_candidate, outcome)
             yield _result(outcome)
         return
-    from checks.suites import Limits, validate_tables
+    from checks.suites import validate_tables
 
     tables = read_staged(release_candidate["tables"])
     run_name = f"{release_candidate['release_id']}-{context.run.run_id[:8]}"
-    results, docs = validate_tables(tables, layout.root / "quality", run_name, Limits(max_steps=settings.quality.max_steps),
+    results, docs = validate_tables(tables, layout.root / "quality", run_name, settings.quality,
                                     between=stop_point)
     extra = {"data_docs": dg.MetadataValue.path(str(docs))} if docs else {}
     for table in GX_TABLES:

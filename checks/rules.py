@@ -51,26 +51,17 @@ def _violations(con, rules: list[tuple[str, str]], sample: int = 5) -> dict:
 
 
 def referential_integrity(con) -> CheckOutcome:
-    """Every reference resolves or is quarantined with a reason; every child row has its parent."""
-    rules = [
-        ("response item without pair", "select distinct i.pair_id from mmrb2_response_items i anti join mmrb2_pairs p using (pair_id)"),
-        ("prompt item without pair", "select distinct i.pair_id from mmrb2_prompt_items i anti join mmrb2_pairs p using (pair_id)"),
-        ("response image not in inventory",
-         "select distinct i.image_name from mmrb2_response_items i anti join mmrb2_images m using (image_name) where i.kind = 'image'"),
-        ("bad MMRB2 image not quarantined",
-         """select m.image_name from mmrb2_images m where m.status <> 'ok' and m.referenced and not exists (
-                select 1 from quarantine q where q.dataset = 'mmrb2' and q.record_key = m.image_name and q.reason is not null)"""),
-        ("step without sample", "select distinct s.sample_id from prm_steps s anti join prm_samples p using (sample_id)"),
-        ("sample image not in inventory",
-         "select distinct r.ref from prm_samples p, unnest(p.image_refs) as r(ref) anti join prm_images i on i.image_key = r.ref"),
-        ("corrupt VisualPRM image not quarantined",
-         """select i.image_key from prm_images i where i.status = 'corrupt' and not exists (
-                select 1 from quarantine q where q.dataset = 'visualprm' and q.record_key = i.image_key)"""),
+    """Every reference resolves or is quarantined with a reason; every child row has its parent:
+    each dataset's own rules (its DatasetSpec.integrity) and those of the shared dedupe tables."""
+    from pipeline import datasets
+
+    rules = [rule for d in datasets.DATASETS for rule in d.integrity] + [
         ("cluster member not hashed",
          "select c.dataset, c.image_key from duplicate_clusters c anti join image_hashes h using (dataset, image_key)"),
         ("contamination key not hashed",
-         """select x.train_image_key from contamination x where not exists (select 1 from image_hashes h where h.dataset = 'visualprm' and h.image_key = x.train_image_key)
-            or not exists (select 1 from image_hashes h where h.dataset = 'mmrb2' and h.image_key = x.eval_image_key)"""),
+         """select x.train_image_key from contamination x
+            where not exists (select 1 from image_hashes h where h.dataset = x.train_dataset and h.image_key = x.train_image_key)
+               or not exists (select 1 from image_hashes h where h.dataset = x.eval_dataset and h.image_key = x.eval_image_key)"""),
     ]
     bad = _violations(con, rules)
     return CheckOutcome("referential_integrity", not bad, ERROR, {"violations": bad, "rules": len(rules)})
@@ -165,26 +156,37 @@ def dedupe_sanity(con, q: QualitySettings) -> CheckOutcome:
 
 
 def quarantine_budget(con, q: QualitySettings) -> CheckOutcome:
-    """Quarantined share of each dataset's records (read/parse stages) and of its images
-    (unpack/decode/resolve/hash). Export exclusions are decisions, not rejections: not counted."""
-    sql = """
-    with records as (
-        select 'mmrb2' as dataset, 'records' as kind, (select count(*) from mmrb2_pairs) as kept,
-               (select count(*) from quarantine where dataset = 'mmrb2' and stage in ('read', 'parse', 'parse_prompts')) as rejected
-        union all
-        select 'visualprm', 'records', (select count(*) from prm_samples),
-               (select count(*) from quarantine where dataset = 'visualprm' and stage in ('read', 'parse'))
-        union all
-        select 'mmrb2', 'images', (select count(*) from mmrb2_images where status = 'ok'),
-               (select count(*) from quarantine where dataset = 'mmrb2' and stage in ('unpack', 'decode', 'resolve', 'hash'))
-        union all
-        select 'visualprm', 'images', (select count(*) from prm_images where status = 'ok'),
-               (select count(*) from quarantine where dataset = 'visualprm' and stage in ('unpack', 'decode', 'hash'))
-    )
-    select dataset, kind, kept, rejected, rejected / nullif(kept + rejected, 0) as share from records order by 1, 2
-    """
+    """Quarantined share of each dataset's records (its record stages) and of its images (its
+    image stages), datasets as the registry describes them. Export exclusions are decisions, not
+    rejections, and unusable files are judged by `upstream_files`: neither is counted."""
+    from pipeline import datasets
+
+    def stages(names) -> str:
+        return ", ".join(f"'{s}'" for s in names)
+
+    parts = []
+    for d in datasets.DATASETS:
+        parts.append(f"""select '{d.name}' as dataset, 'records' as kind, (select count(*) from {d.record_table}) as kept,
+                   (select count(*) from quarantine where dataset = '{d.name}' and stage in ({stages(d.record_stages)})) as rejected""")
+        parts.append(f"""select '{d.name}', 'images', (select count(*) from {d.image_table} where status = 'ok'),
+                   (select count(*) from quarantine where dataset = '{d.name}' and stage in ({stages(d.image_stages)}))""")
+    sql = f"""with records as ({" union all ".join(parts)})
+    select dataset, kind, kept, rejected, rejected / nullif(kept + rejected, 0) as share from records order by 1, 2"""
     rows = con.execute(sql).fetchall()
     shares = {f"{d} {k}": {"kept": kept, "quarantined": rej, "share": round(share or 0.0, 6)} for d, k, kept, rej, share in rows}
     over = {k: v for k, v in shares.items() if v["share"] > q.quarantine_budget}
     return CheckOutcome("quarantine_budget", not over, q.budget_severity,
                         {"budget": q.quarantine_budget, "shares": shares, "over_budget": sorted(over)})
+
+
+def upstream_files(con, allow_unusable: bool = False) -> CheckOutcome:
+    """No whole upstream file was refused (an image archive that is a zip bomb or not a zip, an
+    unreadable annotation file or shard). Such a file leaves a dataset silently incomplete, so it
+    blocks the release unless the `allow_unusable_files` setting says to publish without it."""
+    from pipeline.quarantine import FILE_STAGE
+
+    rows = con.execute(
+        f"select dataset, record_key, reason from quarantine where stage = '{FILE_STAGE}' order by 1, 2").fetchall()
+    files = [{"dataset": d, "file": f, "reason": r} for d, f, r in rows]
+    return CheckOutcome("upstream_files", not files, WARN if allow_unusable else ERROR,
+                        {"unusable_files": files, "allow_unusable_files": allow_unusable})

@@ -1,6 +1,8 @@
-"""Great Expectations suites for every published table, built in code, and their validation.
+"""Great Expectations suites for every published table, built from the table contracts, and their validation.
 
-Plain module (no Dagster): `build_suite(table)` returns the table's GX 1.x `ExpectationSuite`;
+Plain module (no Dagster): `build_suite(table)` turns the table's contract (pipeline/contract.py,
+declared beside each dataset and read through the registry) into a GX 1.x `ExpectationSuite` —
+the same rules the parsers enforce per record;
 `validate_tables(tables, docs_root, run_name)` validates Arrow tables against them and renders
 GX Data Docs under `docs_root`. dagster-ge is pinned to GX < 1.0, so GX is called directly.
 
@@ -16,7 +18,7 @@ How the data reaches GX (GX's DuckDB SQL path is unreliable, so frames are valid
   64-bit. List columns are object columns, where GX checks every value's Python type instead.
 - Human ratings (MMRB2 `human_annotations`, JSON text) are checked without derived columns:
   `expect_column_values_to_match_json_schema` with a row condition per task family — for
-  t2i/edit/interleaved a list of exactly three integers within `limits.ratings`, for reasoning an
+  t2i/edit/interleaved a list of exactly three integers within `QualitySettings.ratings`, for reasoning an
   object of `response_a_ratings`/`response_b_ratings` lists of "A"/"B"/"C". The offending JSON text
   is the sample.
 - Conditional rules (image_name where kind = image, width where status = ok, ...) use GX 1.x
@@ -42,7 +44,9 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
-from pipeline.dedupe.verify import KINDS as DEDUPE_KINDS
+from pipeline.contract import BOOL, FLOAT, INT, INT64, LIST, STRING, Rule, TableContract, When
+from pipeline.datasets import table_contracts
+from pipeline.settings import QualitySettings
 
 if TYPE_CHECKING:  # GX takes seconds to import: only validate_tables/build_suite pay for it.
     import great_expectations as gx
@@ -51,35 +55,13 @@ if TYPE_CHECKING:  # GX takes seconds to import: only validate_tables/build_suit
 log = logging.getLogger(__name__)
 
 
-SUITE_TABLES: tuple[str, ...] = (
-    "mmrb2_pairs",
-    "mmrb2_response_items",
-    "mmrb2_prompt_items",
-    "mmrb2_images",
-    "prm_samples",
-    "prm_steps",
-    "prm_images",
-    "prm_label_stats",
-    "image_hashes",
-    "duplicate_clusters",
-    "contamination",
-    "quarantine",
-)
-
 DATASOURCE = "rewardhouse"
 BATCH_DEFINITION = "whole_table"
 SAMPLE_SIZE = 5
 _PARTIAL_UNEXPECTED = 20  # asked of GX, then de-duplicated down to SAMPLE_SIZE
 
-MMRB2_TASKS = ("t2i", "edit", "interleaved", "reasoning")
-RATED_TASKS = ("t2i", "edit", "interleaved")  # three 1..6 human ratings; reasoning has A/B/C lists
-QUARANTINE_STAGES = ("read", "parse", "parse_prompts", "unpack", "decode", "resolve", "export", "hash")
-SHA256_HEX = r"^[0-9a-f]{64}$"
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-HASH_BITS = 64
-
-# Column kinds and the pandas dtypes `to_frame` gives them (names as GX's type list resolves them).
-STRING, INT, INT64, FLOAT, BOOL, LIST = "string", "int", "int64", "float", "bool", "list"
+# Column kinds (pipeline/contract.py) and the pandas dtypes `to_frame` gives them (names as GX's
+# type list resolves them).
 _TYPE_LISTS: dict[str, list[str]] = {
     STRING: ["StringDtype"],
     INT: ["Int8Dtype", "Int16Dtype", "Int32Dtype", "Int64Dtype"],
@@ -89,63 +71,15 @@ _TYPE_LISTS: dict[str, list[str]] = {
     LIST: ["list"],
 }
 
-# The README "Tables" contract: every column and its kind. The column set is matched exactly.
-COLUMNS: dict[str, dict[str, str]] = {
-    "mmrb2_pairs": {
-        "pair_id": STRING, "task": STRING, "prompt_source": STRING, "prompt_metadata": STRING,
-        "model_a": STRING, "model_b": STRING, "chosen": STRING, "human_annotations": STRING,
-        "n_images_a": INT, "n_images_b": INT, "n_texts_a": INT, "n_texts_b": INT,
-        "has_prompt_content": BOOL,
-    },
-    "mmrb2_response_items": {
-        "pair_id": STRING, "side": STRING, "position": INT, "kind": STRING, "text": STRING, "image_name": STRING,
-    },
-    "mmrb2_prompt_items": {"pair_id": STRING, "position": INT, "kind": STRING, "text": STRING, "image_name": STRING},
-    "mmrb2_images": {
-        "image_name": STRING, "sha256": STRING, "bytes": INT, "width": INT, "height": INT, "format": STRING,
-        "status": STRING, "referenced": BOOL, "zip_entry": STRING,
-    },
-    "prm_samples": {
-        "sample_id": STRING, "source": STRING, "question": STRING, "image_refs": LIST, "n_steps": INT,
-        "n_positive": INT, "n_negative": INT, "first_negative_step": INT, "message_format": STRING,
-        "answer": STRING, "row_index": INT, "image_clusters": LIST, "is_duplicate": BOOL,
-        "duplicate_of": STRING, "is_contaminated": BOOL, "in_export": BOOL,
-    },
-    "prm_steps": {
-        "sample_id": STRING, "step_index": INT, "text": STRING, "label": STRING, "mc_score": FLOAT,
-        "num_mc_correct": INT, "num_mc_total": INT,
-    },
-    "prm_images": {
-        "image_key": STRING, "origin": STRING, "sha256": STRING, "bytes": INT, "width": INT, "height": INT,
-        "format": STRING, "status": STRING, "store_path": STRING, "problem": STRING,
-    },
-    "prm_label_stats": {
-        "scope": STRING, "source": STRING, "samples": INT, "steps": INT, "positive_rate": FLOAT,
-        "steps_min": INT, "steps_p25": INT, "steps_median": INT, "steps_p75": INT, "steps_max": INT,
-        "steps_mean": FLOAT, "steps_histogram": STRING, "samples_with_negative": INT,
-        "first_negative_last_share": FLOAT, "first_negative_last_share_of_negative": FLOAT,
-    },
-    "image_hashes": {
-        "dataset": STRING, "image_key": STRING, "sha256": STRING, "phash": INT64, "dhash": INT64,
-        "width": INT, "height": INT, "bytes": INT,
-    },
-    "duplicate_clusters": {
-        "cluster_id": STRING, "dataset": STRING, "image_key": STRING, "is_canonical": BOOL,
-        "distance_to_canonical": INT, "kind": STRING, "score": FLOAT,
-    },
-    "contamination": {"train_image_key": STRING, "eval_image_key": STRING, "distance": INT, "kind": STRING,
-                      "score": FLOAT},
-    "quarantine": {"dataset": STRING, "stage": STRING, "record_key": STRING, "reason": STRING},
-}
-assert set(COLUMNS) == set(SUITE_TABLES)
+
+def suite_tables() -> tuple[str, ...]:
+    """Every published table with a suite: the registry's datasets' tables, then the shared ones."""
+    return tuple(table_contracts())
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Settings the suites read; the caller passes them from the project settings."""
-
-    max_steps: int = 16
-    ratings: tuple[int, int] = (1, 6)
+def columns(table: str, quality: QualitySettings = QualitySettings()) -> dict[str, str]:
+    """The README "Tables" contract of one table: every column and its kind (matched exactly)."""
+    return table_contracts(quality)[table].columns
 
 
 @dataclass
@@ -173,251 +107,70 @@ class TableResult:
 # Suites
 
 
-def build_suite(table: str, limits: Limits = Limits()) -> gx.ExpectationSuite:
-    """The expectation suite of one published table (named after the table)."""
+def build_suite(table: str, quality: QualitySettings = QualitySettings()) -> gx.ExpectationSuite:
+    """The expectation suite of one published table (named after the table), from its contract."""
     import great_expectations as gx
 
-    if table not in COLUMNS:
-        raise KeyError(f"no suite for table {table!r}; suites exist for {', '.join(SUITE_TABLES)}")
+    contracts = table_contracts(quality)
+    if table not in contracts:
+        raise KeyError(f"no suite for table {table!r}; suites exist for {', '.join(contracts)}")
+    contract = contracts[table]
     # Expectations go in through the constructor: `suite.add_expectation` writes the whole suite
     # to the store of the current context on every call once a suite of that name is stored.
     return gx.ExpectationSuite(
         name=table,
-        expectations=_schema_expectations(table) + _RULES[table](_Rules(), limits),
-        meta={"rewardhouse_limits": {"max_steps": limits.max_steps, "ratings": list(limits.ratings)}},
+        expectations=_schema_expectations(contract) + [_expectation(rule) for rule in contract.rules],
+        meta={"rewardhouse_limits": {"max_steps": quality.max_steps, "ratings": list(quality.ratings)}},
     )
 
 
-def _schema_expectations(table: str) -> list:
+def _schema_expectations(contract: TableContract) -> list:
     import great_expectations.expectations as gxe
 
-    columns = COLUMNS[table]
-    out = [gxe.ExpectTableColumnsToMatchSet(column_set=list(columns), exact_match=True,
+    out = [gxe.ExpectTableColumnsToMatchSet(column_set=list(contract.columns), exact_match=True,
                                             notes="README 'Tables' contract: columns may be added there, never renamed")]
-    out += [gxe.ExpectColumnValuesToBeInTypeList(column=c, type_list=_TYPE_LISTS[kind]) for c, kind in columns.items()]
+    out += [gxe.ExpectColumnValuesToBeInTypeList(column=c, type_list=_TYPE_LISTS[kind]) for c, kind in contract.columns.items()]
     return out
 
 
-class _Rules:
-    """Short constructors for the expectations the table rules use (`when` = a row condition)."""
+def _condition(when: When | None):
+    if when is None:
+        return None
+    from great_expectations.expectations.row_conditions import Column
 
-    def __init__(self) -> None:
-        import great_expectations.expectations as gxe
-        from great_expectations.expectations.row_conditions import Column
-
-        self.gxe, self.col = gxe, Column
-
-    def not_null(self, *columns: str, when=None) -> list:
-        return [self.gxe.ExpectColumnValuesToNotBeNull(column=c, row_condition=when) for c in columns]
-
-    def null(self, column: str, when=None) -> list:
-        return [self.gxe.ExpectColumnValuesToBeNull(column=column, row_condition=when)]
-
-    def unique(self, *columns: str) -> list:
-        if len(columns) == 1:
-            return [self.gxe.ExpectColumnValuesToBeUnique(column=columns[0])]
-        return [self.gxe.ExpectCompoundColumnsToBeUnique(column_list=list(columns))]
-
-    def in_set(self, column: str, values, when=None) -> list:
-        return [self.gxe.ExpectColumnValuesToBeInSet(column=column, value_set=list(values), row_condition=when)]
-
-    def between(self, column: str, lo=None, hi=None, when=None) -> list:
-        return [self.gxe.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi, row_condition=when)]
-
-    def sha256(self, column: str) -> list:
-        return [self.gxe.ExpectColumnValuesToMatchRegex(column=column, regex=SHA256_HEX)]
-
-    def json(self, *columns: str) -> list:
-        return [self.gxe.ExpectColumnValuesToBeJsonParseable(column=c) for c in columns]
-
-    def json_schema(self, column: str, schema: dict, when=None, notes: str | None = None) -> list:
-        return [self.gxe.ExpectColumnValuesToMatchJsonSchema(column=column, json_schema=schema, row_condition=when,
-                                                              notes=notes)]
+    column = Column(when.column)
+    return column == when.values[0] if len(when.values) == 1 else column.is_in(list(when.values))
 
 
-def _mmrb2_pairs(r: _Rules, limits: Limits) -> list:
-    lo, hi = limits.ratings
-    task = r.col("task")
-    three_ratings = {"type": "array", "minItems": 3, "maxItems": 3,
-                     "items": {"type": "integer", "minimum": lo, "maximum": hi}}
-    letters = {"type": "array", "items": {"enum": ["A", "B", "C"]}}
-    reasoning = {"type": "object", "required": ["response_a_ratings", "response_b_ratings"],
-                 "properties": {"response_a_ratings": letters, "response_b_ratings": letters}}
-    return [
-        *r.not_null("pair_id", "task", "chosen", "prompt_metadata", "human_annotations", "has_prompt_content",
-                    "n_images_a", "n_images_b", "n_texts_a", "n_texts_b"),
-        *r.unique("pair_id"),
-        *r.in_set("task", MMRB2_TASKS),
-        *r.in_set("chosen", ("A", "B")),
-        *[e for c in ("n_images_a", "n_images_b", "n_texts_a", "n_texts_b") for e in r.between(c, 0)],
-        *r.json("prompt_metadata", "human_annotations"),
-        *r.json_schema("human_annotations", three_ratings, when=task.is_in(RATED_TASKS),
-                       notes=f"t2i/edit/interleaved: three human ratings, integers within {lo}..{hi}"),
-        *r.json_schema("human_annotations", reasoning, when=task == "reasoning",
-                       notes="reasoning: response_a_ratings / response_b_ratings, lists of A/B/C"),
-    ]
+def _expectation(rule: Rule):
+    """The GX expectation that checks `rule` on a whole table."""
+    import great_expectations.expectations as gxe
 
-
-def _items(r: _Rules, key: tuple[str, ...]) -> list:
-    kind = r.col("kind")
-    return [
-        *r.not_null(*key, "kind"),
-        *r.unique(*key),
-        *r.between("position", 0),
-        *r.in_set("kind", ("text", "image")),
-        *r.not_null("image_name", when=kind == "image"),
-        *r.not_null("text", when=kind == "text"),
-        *r.null("image_name", when=kind == "text"),
-        *r.null("text", when=kind == "image"),
-    ]
-
-
-def _mmrb2_response_items(r: _Rules, limits: Limits) -> list:
-    return [*_items(r, ("pair_id", "side", "position")), *r.in_set("side", ("A", "B"))]
-
-
-def _mmrb2_prompt_items(r: _Rules, limits: Limits) -> list:
-    return _items(r, ("pair_id", "position"))
-
-
-def _mmrb2_images(r: _Rules, limits: Limits) -> list:
-    status = r.col("status")
-    return [
-        *r.not_null("image_name", "status", "referenced"),
-        *r.unique("image_name"),
-        *r.in_set("status", ("ok", "corrupt", "missing")),
-        *r.sha256("sha256"),
-        *r.not_null("sha256", "bytes", when=status.is_in(["ok", "corrupt"])),
-        *r.not_null("width", "height", when=status == "ok"),
-        *r.between("width", 1, when=status == "ok"),
-        *r.between("height", 1, when=status == "ok"),
-        *r.between("bytes", 0),
-    ]
-
-
-def _prm_samples(r: _Rules, limits: Limits) -> list:
-    return [
-        *r.not_null("sample_id", "n_steps", "n_positive", "n_negative", "message_format", "row_index",
-                    "is_duplicate", "is_contaminated", "in_export"),
-        *r.unique("sample_id"),
-        *r.between("n_steps", 1, limits.max_steps),
-        *r.between("n_positive", 0),
-        *r.between("n_negative", 0),
-        *r.between("first_negative_step", 0, limits.max_steps - 1),
-        *r.between("row_index", 0),
-        *r.in_set("message_format", ("internvl", "chat", "raw")),
-        *r.not_null("duplicate_of", when=r.col("is_duplicate") == True),  # noqa: E712 (a Condition, not a test)
-        r.gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="n_steps", column_B="first_negative_step",
-                                                      ignore_row_if="either_value_is_missing"),
-    ]
-
-
-def _prm_steps(r: _Rules, limits: Limits) -> list:
-    return [
-        *r.not_null("sample_id", "step_index", "label", "text"),
-        *r.unique("sample_id", "step_index"),
-        *r.between("step_index", 0, limits.max_steps - 1),
-        *r.in_set("label", ("+", "-")),
-        *r.between("mc_score", 0, 1),
-        *r.between("num_mc_correct", 0),
-        *r.between("num_mc_total", 0),
-    ]
-
-
-def _prm_images(r: _Rules, limits: Limits) -> list:
-    status = r.col("status")
-    return [
-        *r.not_null("image_key", "origin", "status"),
-        *r.unique("image_key"),
-        *r.in_set("origin", ("embedded", "path")),
-        *r.in_set("status", ("ok", "corrupt", "unresolved")),
-        *r.sha256("sha256"),
-        *r.not_null("sha256", "bytes", when=status.is_in(["ok", "corrupt"])),
-        *r.not_null("width", "height", when=status == "ok"),
-        *r.between("width", 1, when=status == "ok"),
-        *r.between("height", 1, when=status == "ok"),
-        *r.between("bytes", 0),
-    ]
-
-
-def _prm_label_stats(r: _Rules, limits: Limits) -> list:
-    share = ("positive_rate", "first_negative_last_share", "first_negative_last_share_of_negative")
-    return [
-        *r.not_null("scope", "source", "samples", "steps", "positive_rate"),
-        *r.unique("source"),
-        *r.in_set("scope", ("source", "overall")),
-        *[e for c in share for e in r.between(c, 0, 1)],
-        *r.between("samples", 1),
-        *r.between("steps", 0),
-        *r.between("samples_with_negative", 0),
-        *r.between("steps_min", 1, limits.max_steps),
-        *r.between("steps_max", 1, limits.max_steps),
-        *r.json("steps_histogram"),
-    ]
-
-
-def _image_hashes(r: _Rules, limits: Limits) -> list:
-    return [
-        *r.not_null("dataset", "image_key", "sha256", "phash", "dhash", "width", "height"),
-        *r.unique("dataset", "image_key"),
-        *r.in_set("dataset", ("mmrb2", "visualprm")),
-        *r.between("phash", INT64_MIN, INT64_MAX),
-        *r.between("dhash", INT64_MIN, INT64_MAX),
-        *r.sha256("sha256"),
-        *r.between("width", 1),
-        *r.between("height", 1),
-        *r.between("bytes", 0),
-    ]
-
-
-def _duplicate_clusters(r: _Rules, limits: Limits) -> list:
-    canonical = r.col("is_canonical")
-    return [
-        *r.not_null("cluster_id", "dataset", "image_key", "is_canonical", "distance_to_canonical"),
-        *r.unique("dataset", "image_key"),
-        *r.in_set("dataset", ("mmrb2", "visualprm")),
-        *r.in_set("kind", DEDUPE_KINDS),
-        *r.between("distance_to_canonical", 0, HASH_BITS),
-        *r.null("kind", when=canonical == True),  # noqa: E712
-        *r.not_null("kind", when=canonical == False),  # noqa: E712
-        *r.null("score", when=canonical == True),  # noqa: E712
-        *r.not_null("score", when=canonical == False),  # noqa: E712
-        *r.between("score", -1.0, 1.0),
-    ]
-
-
-def _contamination(r: _Rules, limits: Limits) -> list:
-    return [
-        *r.not_null("train_image_key", "eval_image_key", "distance", "kind", "score"),
-        *r.unique("train_image_key", "eval_image_key"),
-        *r.between("distance", 0, HASH_BITS),
-        *r.in_set("kind", DEDUPE_KINDS),
-        *r.between("score", -1.0, 1.0),
-    ]
-
-
-def _quarantine(r: _Rules, limits: Limits) -> list:
-    return [
-        *r.not_null("dataset", "stage", "record_key", "reason"),
-        *r.in_set("dataset", ("mmrb2", "visualprm")),
-        *r.in_set("stage", QUARANTINE_STAGES),
-    ]
-
-
-_RULES = {
-    "mmrb2_pairs": _mmrb2_pairs,
-    "mmrb2_response_items": _mmrb2_response_items,
-    "mmrb2_prompt_items": _mmrb2_prompt_items,
-    "mmrb2_images": _mmrb2_images,
-    "prm_samples": _prm_samples,
-    "prm_steps": _prm_steps,
-    "prm_images": _prm_images,
-    "prm_label_stats": _prm_label_stats,
-    "image_hashes": _image_hashes,
-    "duplicate_clusters": _duplicate_clusters,
-    "contamination": _contamination,
-    "quarantine": _quarantine,
-}
+    when = _condition(rule.when)
+    if rule.kind == "not_null":
+        return gxe.ExpectColumnValuesToNotBeNull(column=rule.column, row_condition=when)
+    if rule.kind == "null":
+        return gxe.ExpectColumnValuesToBeNull(column=rule.column, row_condition=when)
+    if rule.kind == "unique":
+        cols = rule.column.split(",")
+        if len(cols) == 1:
+            return gxe.ExpectColumnValuesToBeUnique(column=cols[0])
+        return gxe.ExpectCompoundColumnsToBeUnique(column_list=cols)
+    if rule.kind == "in_set":
+        return gxe.ExpectColumnValuesToBeInSet(column=rule.column, value_set=list(rule.values), row_condition=when)
+    if rule.kind == "between":
+        return gxe.ExpectColumnValuesToBeBetween(column=rule.column, min_value=rule.lo, max_value=rule.hi, row_condition=when)
+    if rule.kind == "regex":
+        return gxe.ExpectColumnValuesToMatchRegex(column=rule.column, regex=rule.pattern, row_condition=when)
+    if rule.kind == "json":
+        return gxe.ExpectColumnValuesToBeJsonParseable(column=rule.column, row_condition=when)
+    if rule.kind == "json_schema":
+        return gxe.ExpectColumnValuesToMatchJsonSchema(column=rule.column, json_schema=json.loads(rule.schema),
+                                                        row_condition=when, notes=rule.notes)
+    if rule.kind == "greater":
+        return gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=rule.column, column_B=rule.other,
+                                                            ignore_row_if="either_value_is_missing")
+    raise ValueError(f"no expectation for rule kind {rule.kind!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,10 +217,10 @@ def validate_tables(
     tables: dict[str, pa.Table],
     docs_root: Path,
     run_name: str,
-    limits: Limits = Limits(),
+    quality: QualitySettings = QualitySettings(),
     between: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, TableResult], Path | None]:
-    """Validate every table of SUITE_TABLES present in `tables` (others are skipped or ignored),
+    """Validate every table with a suite (`suite_tables()`) present in `tables` (others are skipped or ignored),
     render Data Docs under `docs_root`, and return the results and the Data Docs index.html
     (None, with a warning logged, when the docs could not be built). `between()` is called before
     each table and before the docs (where a run may stop)."""
@@ -479,12 +232,12 @@ def validate_tables(
     run_id = gx.RunIdentifier(run_name=_safe_run_name(run_name))
     datasource = _datasource(context)
     results: dict[str, TableResult] = {}
-    for table in SUITE_TABLES:
+    for table in suite_tables():
         if table not in tables:
             continue
         between()
         arrow = tables[table]
-        suite = _store_suite(context, build_suite(table, limits))
+        suite = _store_suite(context, build_suite(table, quality))
         definition = _store_validation_definition(context, table, _batch_definition(datasource, table), suite)
         outcome = definition.run(
             batch_parameters={"dataframe": to_frame(arrow)},

@@ -60,6 +60,19 @@ def _check_summary(evaluation) -> str:
     return str(value)[:200]
 
 
+def _unusable_files(result) -> tuple[list[str], bool]:
+    """One line per whole upstream file the run refused (from the `upstream_files` check), and
+    whether they blocked the release."""
+    for e in result.get_asset_check_evaluations():
+        if e.check_name != "upstream_files" or e.passed:
+            continue
+        details = e.metadata.get("details")
+        value = getattr(details, "value", None) or getattr(details, "data", None) or {}
+        lines = [f"unusable upstream file: {f['dataset']} {f['file']}: {f['reason']}" for f in value.get("unusable_files", [])]
+        return lines, e.severity.name == "ERROR"
+    return [], False
+
+
 def _parse_value(text: str):
     lowered = text.lower()
     if lowered in ("true", "false"):
@@ -231,14 +244,22 @@ def _run(args, state: dict) -> int:
     md = {}
     for mat in result.asset_materializations_for_node("warehouse_release"):
         md = {k: v.value for k, v in mat.metadata.items()}
+    unusable, blocked_by_files = _unusable_files(result)
     if failed_checks or not md:
         for e in failed_checks:
-            print(f"rewardhouse: check {e.check_name} failed: {_check_summary(e)}", file=sys.stderr)
+            if e.check_name != "upstream_files":
+                print(f"rewardhouse: check {e.check_name} failed: {_check_summary(e)}", file=sys.stderr)
         for line in _failure_messages(result):
             print(f"rewardhouse: {line}", file=sys.stderr)
         why = "blocking checks failed" if failed_checks else "the run failed"
         print(f"no release published ({why}); the previous release stays current. "
               f"Run {result.run_id} is in the Dagster UI (make dev; Dagster home {home})", file=sys.stderr)
+        if unusable:  # the last lines: each file that could not be used, and why
+            if blocked_by_files:
+                print("rewardhouse: blocked by upstream files that could not be used (fix them, or publish "
+                      "without them: --set allow_unusable_files=true):", file=sys.stderr)
+            for line in unusable:
+                print(f"rewardhouse: {line}", file=sys.stderr)
         return 1
     if warned:
         print(f"warnings from checks: {', '.join(sorted(warned))} (see quality_results)", file=sys.stderr)
@@ -249,6 +270,10 @@ def _run(args, state: dict) -> int:
     print("try:")
     print(f'  rewardhouse sql "{EXAMPLE_SQL}"')
     print(f"  duckdb -readonly {layout.warehouse} \"{EXAMPLE_SQL}\"")
+    if unusable:  # published without them (allow_unusable_files): still the last lines
+        print("rewardhouse: published WITHOUT these upstream files (allow_unusable_files):", file=sys.stderr)
+        for line in unusable:
+            print(f"rewardhouse: {line}", file=sys.stderr)
     return 0
 
 

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import dedupe, mmrb2, release, visualprm
-from checks import mmrb2 as mmrb2_checks
+import importlib
+
+from assets import dedupe, release
 from checks import release as release_checks
+from pipeline import datasets
 from pipeline.resources import default_resource
 from pipeline.schedules import nightly_refresh
 from pipeline.sensors import dead_run_reaper, run_failure_notifier, upstream_change_sensor
 
-all_assets = dg.load_assets_from_modules([mmrb2, visualprm, dedupe, release])
-all_checks = dg.load_asset_checks_from_modules([mmrb2_checks, release_checks])
+# Every dataset of the registry brings its own assets (and checks); dedupe and release are shared.
+_dataset_assets = [importlib.import_module(d.assets) for d in datasets.DATASETS]
+_dataset_checks = [importlib.import_module(d.checks) for d in datasets.DATASETS if d.checks]
+all_assets = dg.load_assets_from_modules([*_dataset_assets, dedupe, release])
+all_checks = dg.load_asset_checks_from_modules([*_dataset_checks, release_checks])
 
 # The main job: every asset, raw to release. `rewardhouse run` and `make run` execute it.
 refresh_job = dg.define_asset_job("refresh", selection=dg.AssetSelection.all(), description="Raw → staged → release, all datasets.")

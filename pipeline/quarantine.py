@@ -16,6 +16,11 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+# A whole upstream file that cannot be used (an archive refused as a zip bomb or not a zip, an
+# unreadable annotation file or shard): it blocks the release unless a setting lets it publish.
+FILE_STAGE = "file"
+
+
 @dataclass(frozen=True)
 class Rejection:
     dataset: str

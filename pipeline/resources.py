@@ -39,6 +39,9 @@ class RewardhouseResource(dg.ConfigurableResource):
     budget_severity: str = QualitySettings.budget_severity
     hf_image_revision: Optional[str] = None
     hf_visualprm_revision: Optional[str] = None
+    hf_vlrb_revision: Optional[str] = None
+    # Publish even when a whole upstream file was refused (see Settings.allow_unusable_files).
+    allow_unusable_files: bool = False
 
     def settings(self) -> Settings:
         stop_point()  # every asset starts by asking: a stop asked for ends the run here
@@ -54,6 +57,8 @@ class RewardhouseResource(dg.ConfigurableResource):
             export_keep_contaminated=self.export_keep_contaminated,
             hf_image_revision=self.hf_image_revision,
             hf_visualprm_revision=self.hf_visualprm_revision,
+            hf_vlrb_revision=self.hf_vlrb_revision,
+            allow_unusable_files=self.allow_unusable_files,
             quality=QualitySettings(
                 max_steps=self.max_steps,
                 positive_rate=(self.positive_rate_min, self.positive_rate_max),
@@ -80,4 +85,5 @@ def default_resource() -> RewardhouseResource:
         dedupe_max_distance=int(os.environ.get("REWARDHOUSE_DEDUPE_MAX_DISTANCE", DEFAULT_MAX_DISTANCE)),
         workers=int(os.environ.get("REWARDHOUSE_WORKERS", "0")),
         max_image_pixels=int(os.environ.get("REWARDHOUSE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS)),
+        allow_unusable_files=os.environ.get("REWARDHOUSE_ALLOW_UNUSABLE_FILES", "").lower() in ("1", "true", "yes"),
     )

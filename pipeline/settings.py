@@ -59,6 +59,7 @@ class QualitySettings:
     (about 10% negative steps, 1..16 steps per sample); see README "Quality checks"."""
 
     max_steps: int = 16
+    ratings: tuple[int, int] = (1, 6)  # MMRB2 human ratings of t2i/edit/interleaved pairs
     positive_rate: tuple[float, float] = (0.75, 0.97)  # overall share of "+" steps
     source_positive_rate: tuple[float, float] = (0.5, 1.0)  # per source with enough samples
     min_source_samples: int = 20
@@ -87,6 +88,10 @@ class Settings:
     # hf source: move to these Hub commits (the upstream sensor sets them); None keeps the lock.
     hf_image_revision: str | None = None
     hf_visualprm_revision: str | None = None
+    hf_vlrb_revision: str | None = None
+    # Publish even when a whole upstream file was refused (the `upstream_files` check then warns):
+    # e.g. ship three MMRB2 tasks while the fourth's file is broken. Off: such a file blocks.
+    allow_unusable_files: bool = False
 
     @property
     def max_image_pixels(self) -> int:

@@ -10,7 +10,7 @@ import duckdb
 from checks.outcomes import REQUIRED_CHECKS
 from pipeline.definitions import defs
 from pipeline.resources import RewardhouseResource
-from pipeline.sources.sample import CORRUPT_IMAGE, MISSING_IMAGE, sample_facts
+from pipeline.mmrb2.sample import CORRUPT_IMAGE, MISSING_IMAGE, sample_facts
 
 REPO = Path(__file__).resolve().parents[1]
 

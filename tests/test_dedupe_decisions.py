@@ -37,8 +37,21 @@ def test_identical_bytes_across_datasets_are_exact_contamination():
     table = pa.concat_tables([signatures({"e.jpg": data}, "mmrb2"), signatures({"t.jpg": data}, "visualprm")])
     clusters, contamination, _ = find_duplicates(table, max_distance=8)
     assert contamination.to_pylist() == [
-        {"train_image_key": "t.jpg", "eval_image_key": "e.jpg", "distance": 0, "kind": "exact", "score": 1.0}]
+        {"train_dataset": "visualprm", "train_image_key": "t.jpg", "eval_dataset": "mmrb2", "eval_image_key": "e.jpg",
+         "distance": 0, "kind": "exact", "score": 1.0}]
     assert sorted((r["image_key"], r["kind"]) for r in clusters.to_pylist()) == [("e.jpg", None), ("t.jpg", "exact")]
+
+
+def test_every_eval_set_is_checked_against_every_train_set():
+    """One train image copying an image of each eval set gives one row per eval set, each naming
+    its set; two eval images that copy each other are a duplicate, not contamination."""
+    shared, other = encode(photo(3), "JPEG", 90), encode(photo(11), "JPEG", 90)
+    table = pa.concat_tables([signatures({"e.jpg": shared}, "mmrb2"), signatures({"sha256:v": shared, "x": other}, "vlrb"),
+                              signatures({"t.jpg": shared}, "visualprm")])
+    _, contamination, _ = find_duplicates(table, max_distance=8)
+    assert [(r["train_dataset"], r["train_image_key"], r["eval_dataset"], r["eval_image_key"], r["kind"])
+            for r in contamination.to_pylist()] == [
+        ("visualprm", "t.jpg", "mmrb2", "e.jpg", "exact"), ("visualprm", "t.jpg", "vlrb", "sha256:v", "exact")]
 
 
 def _samples(rows):
@@ -65,7 +78,8 @@ def test_rollouts_sharing_an_image_are_not_duplicates_unless_question_and_steps_
     clusters = pa.table({"cluster_id": ["c1", "c1"], "dataset": ["visualprm", "visualprm"], "image_key": ["a.jpg", "a_copy.jpg"],
                          "is_canonical": [True, False], "distance_to_canonical": [0, 2], "kind": [None, "near"],
                          "score": pa.array([None, 0.99], pa.float32())})
-    contamination = pa.table({"train_image_key": ["b.jpg"], "eval_image_key": ["e.jpg"], "distance": [1]})
+    contamination = pa.table({"train_dataset": ["visualprm"], "train_image_key": ["b.jpg"], "eval_dataset": ["mmrb2"],
+                              "eval_image_key": ["e.jpg"], "distance": [1]})
     out = {r["sample_id"]: r for r in mark_samples(samples, steps, images, clusters, contamination).to_pylist()}
     assert [out[s]["is_duplicate"] for s in ("r0", "r1", "r2", "r3")] == [False, False, True, False]
     assert out["r2"]["duplicate_of"] == "r0" and out["r0"]["duplicate_of"] is None

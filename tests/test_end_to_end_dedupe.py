@@ -8,8 +8,8 @@ import pytest
 
 from conftest import published_home
 from pipeline.cli import main
-from pipeline.sources import sample as mmrb2_sample
-from pipeline.sources import visualprm_sample
+from pipeline.mmrb2 import sample as mmrb2_sample
+from pipeline.visualprm import sample as visualprm_sample
 
 ALL_PAIRS = [("mmrb2", p) for p in mmrb2_sample.PLANTED_NEAR_PAIRS] + [("visualprm", p) for p in visualprm_sample.PLANTED_NEAR_PAIRS]
 

@@ -4,8 +4,8 @@ import duckdb
 
 from pipeline.cli import main
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
-from pipeline.sources.sample import sample_facts, write_sample
-from pipeline.sources.visualprm_sample import PARQUET_RELPATH, visualprm_sample_facts, write_visualprm_sample
+from pipeline.mmrb2.sample import sample_facts, write_sample
+from pipeline.visualprm.sample import PARQUET_RELPATH, visualprm_sample_facts, write_visualprm_sample
 
 
 def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tmp_path, monkeypatch, capsys):

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import published_home
 from pipeline.cli import main
-from pipeline.sources.visualprm_sample import (
+from pipeline.visualprm.sample import (
     JSONL_UNRESOLVED_IMAGE,
     visualprm_sample_facts,
     write_internvl_jsonl_sample,

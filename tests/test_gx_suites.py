@@ -11,7 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from checks.suites import COLUMNS, SUITE_TABLES, Limits, build_suite, validate_tables
+from checks.suites import build_suite, columns, suite_tables, validate_tables
+from pipeline.settings import QualitySettings
+
+SUITE_TABLES = suite_tables()
 from conftest import published_home
 
 
@@ -54,13 +57,13 @@ def test_every_table_of_the_sample_release_passes_its_suite(sample_run, release_
         assert result.passed, (table, [dataclasses.asdict(f) for f in result.failures])
         assert result.failures == []
         assert result.rows == release_tables[table].num_rows
-        assert result.evaluated >= len(COLUMNS[table]) + 2  # column set + a type per column + rules
+        assert result.evaluated >= len(columns(table)) + 2  # column set + a type per column + rules
     assert results["prm_steps"].rows > 1000 and results["mmrb2_pairs"].rows == 29
 
 
 def test_suites_match_the_published_schema(release_tables):
     for table in SUITE_TABLES:
-        assert set(release_tables[table].column_names) == set(COLUMNS[table]), table
+        assert set(release_tables[table].column_names) == set(columns(table)), table
         suite = build_suite(table)
         assert suite.name == table
         types = {e.expectation_type for e in suite.expectations}
@@ -97,7 +100,7 @@ def test_a_human_rating_outside_the_limits_is_caught(release_tables, tmp_path):
     assert failure.kwargs["json_schema"]["items"]["maximum"] == 6
 
     # the same ratings pass once the limits allow 7
-    results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "rating-wide", Limits(ratings=(1, 7)))
+    results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "rating-wide", QualitySettings(ratings=(1, 7)))
     assert results["mmrb2_pairs"].passed
 
 
@@ -108,7 +111,7 @@ def test_too_many_steps_are_caught_with_the_limit_from_settings(release_tables, 
     assert (failure.expectation, failure.column) == ("expect_column_values_to_be_between", "n_steps")
     assert failure.sample == [17] and failure.kwargs["max_value"] == 16
 
-    results, _ = validate_tables({"prm_samples": samples}, tmp_path, "steps-wide", Limits(max_steps=17))
+    results, _ = validate_tables({"prm_samples": samples}, tmp_path, "steps-wide", QualitySettings(max_steps=17))
     assert results["prm_samples"].passed
 
 

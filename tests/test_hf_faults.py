@@ -23,8 +23,8 @@ from pipeline.cli import main
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, MMRB2_TASKS, VISUALPRM_REPO
 from pipeline.sources.base import ChecksumCache, SourceError
 from pipeline.sources.hf import DOWNLOAD_ATTEMPTS, fetch_hf
-from pipeline.sources.sample import write_sample
-from pipeline.sources.visualprm_sample import PARQUET_RELPATH, write_visualprm_sample
+from pipeline.mmrb2.sample import write_sample
+from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
 
 REPO = Path(__file__).resolve().parents[1]
 CHUNK = 1 << 16  # the downloader's read size

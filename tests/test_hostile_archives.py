@@ -88,7 +88,7 @@ def test_nul_and_non_utf8_entry_names_are_refused_and_a_lying_utf8_flag_refuses_
     patch_name(flagged, "images/é.jpg".encode(), b"images/\xff\xfe.jpg")  # flagged UTF-8, but is not
     table, rejected, _ = inventory_images(flagged, {"ok.jpg"}, ZipLimits())
     assert table.to_pylist()[0]["status"] == "missing"
-    assert rejected[0].stage == "unpack" and rejected[0].record_key == "flagged.zip"
+    assert rejected[0].stage == "file" and rejected[0].record_key == "flagged.zip"
     assert rejected[0].reason.startswith("unreadable archive: 'utf-8' codec can't decode")
 
 
@@ -128,7 +128,7 @@ def test_zip_bomb_entry_ratio_and_total_size_are_refused_before_inflating(tmp_pa
 
     only_bomb = write_zip(tmp_path / "bomb.zip", [(f"images/{i}.jpg", bomb, {"compress": zipfile.ZIP_DEFLATED}) for i in range(3)])
     table, rejected, _ = inventory_images(only_bomb, {"0.jpg"}, limits)
-    assert rejected[0].stage == "unpack" and rejected[0].record_key == "bomb.zip"
+    assert rejected[0].stage == "file" and rejected[0].record_key == "bomb.zip"
     assert "refusing a zip bomb" in rejected[0].reason and table.to_pylist()[0]["status"] == "missing"
 
     huge = inventory_images(only_bomb, set(), ZipLimits(max_total_bytes=8 * 1024 * 1024))[1]
@@ -156,18 +156,18 @@ def broken_archives(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize("kind", ["truncated", "not a zip", "zero bytes", "empty zip"])
-def test_broken_mmrb2_archive_is_one_unpack_row_and_every_reference_missing(tmp_path, kind):
+def test_broken_mmrb2_archive_is_one_file_row_and_every_reference_missing(tmp_path, kind):
     path, reason = broken_archives(tmp_path)[kind]
     table, rejected, _ = inventory_images(path, {"a.jpg", "b.jpg"}, ZipLimits())
     assert table.column("status").to_pylist() == ["missing", "missing"]
     assert [(r.stage, r.record_key, r.reason) for r in rejected] == [
-        ("unpack", path.name, reason),
+        ("file", path.name, reason),
         ("resolve", "a.jpg", "referenced image not found in the archive"),
         ("resolve", "b.jpg", "referenced image not found in the archive"),
     ]
 
 
-def test_broken_visualprm_image_zips_are_unpack_rows_and_the_good_zip_still_resolves(tmp_path):
+def test_broken_visualprm_image_zips_are_file_rows_and_the_good_zip_still_resolves(tmp_path):
     broken = broken_archives(tmp_path)
     ok_zip = write_zip(tmp_path / "ok.zip", [("images/src/a.jpg", JPEG, {})])
     shard = tmp_path / "train-0.parquet"
@@ -178,7 +178,7 @@ def test_broken_visualprm_image_zips_are_unpack_rows_and_the_good_zip_still_reso
     table, rejected, _ = inventory_prm_images(refs, [shard], tmp_path / "root", zips, ZipLimits(), store)
     assert {r["image_key"]: r["status"] for r in table.to_pylist()} == \
         {"src/a.jpg": "ok", "src/b.jpg": "unresolved", "src/\0.jpg": "unresolved", "../good.zip": "unresolved"}
-    assert sorted((r.stage, r.record_key, r.reason) for r in rejected) == sorted(("unpack", p.name, reason) for p, reason in broken.values())
+    assert sorted((r.stage, r.record_key, r.reason) for r in rejected) == sorted(("file", p.name, reason) for p, reason in broken.values())
 
 
 def test_damaged_entry_data_is_a_decode_row_not_a_crash(tmp_path):
@@ -227,4 +227,4 @@ def test_mangled_archives_never_raise(tmp_path):
         if ok:  # an archive the scan could not open is never handed to hashing
             assert len(hash_zip(path, ok, ZipLimits(), workers=1)) == len(ok)
         outcomes |= {r.stage for r in rejected}
-    assert outcomes == {"unpack", "decode", "resolve"}
+    assert outcomes == {"file", "unpack", "decode", "resolve"}

@@ -116,7 +116,7 @@ def test_unreadable_annotation_file_is_one_quarantine_row(tmp_path, case):
     raw, reason = FILE_CASES[case]
     files = write_tasks(tmp_path, {}, raw={"interleaved": raw})
     parsed = parse_mmrb2(files)
-    assert [(r.stage, r.record_key) for r in parsed.rejected] == [("parse", "interleaved_response_only.json")]
+    assert [(r.stage, r.record_key) for r in parsed.rejected] == [("file", "interleaved_response_only.json")]
     assert parsed.rejected[0].reason.startswith(reason)
     assert sorted(parsed.tables()["mmrb2_pairs"].column("task").to_pylist()) == ["edit", "reasoning", "t2i"]
 
@@ -163,7 +163,7 @@ def test_malformed_prompt_entries_are_quarantined_at_parse_prompts(tmp_path):
     prompts.write_text(json.dumps([{"pair_id": "e1"}]))
     parsed = parse_mmrb2(files, prompts)
     assert [(r.stage, r.record_key, r.reason) for r in parsed.rejected] == \
-        [("parse_prompts", "new_task_release.json", 'expected an object with a "pairs" list')]
+        [("file", "new_task_release.json", 'expected an object with a "pairs" list')]
 
 
 # ---- VisualPRM: parquet shards whose schema drifted ---------------------------------------------
@@ -203,12 +203,12 @@ def test_parquet_schema_drift_is_quarantined_per_shard_and_the_rest_parse(tmp_pa
         [(r["stage"], r["record_key"], r["reason"]) for r in out["quarantine"].to_pylist()]
     media_reason = "expected a list of {bytes: binary, path: string} structs"
     assert got[:3] == [
-        ("read", "train-03.parquet", "parquet lacks column(s) messages; columns are id, conversation"),
-        ("read", "train-04.parquet", f"media column is list<element: struct<data: binary, path: string>>, {media_reason}"),
-        ("read", "train-05.parquet", f"media column is string, {media_reason}"),
+        ("file", "train-03.parquet", "parquet lacks column(s) messages; columns are id, conversation"),
+        ("file", "train-04.parquet", f"media column is list<element: struct<data: binary, path: string>>, {media_reason}"),
+        ("file", "train-05.parquet", f"media column is string, {media_reason}"),
     ]
-    assert got[3][:2] == ("read", "train-09.parquet") and got[3][2].startswith("unreadable parquet: ")
-    assert got[4][:2] == ("read", "train-10.parquet") and got[4][2].startswith("unreadable parquet: ")
+    assert got[3][:2] == ("file", "train-09.parquet") and got[3][2].startswith("unreadable parquet: ")
+    assert got[4][:2] == ("file", "train-10.parquet") and got[4][2].startswith("unreadable parquet: ")
     assert got[5:] == [
         ("parse", "g", "unrecognised messages shape: a JSON ubigint"),
         ("parse", "h", "image reference 0 is empty (no path and no bytes)"),

@@ -26,8 +26,8 @@ from pipeline.cli import EXAMPLE_SQL, main
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
 from pipeline.sources.base import ChecksumCache, SourceError
 from pipeline.sources.hf import fetch_hf
-from pipeline.sources.sample import write_sample
-from pipeline.sources.visualprm_sample import PARQUET_RELPATH, write_visualprm_sample
+from pipeline.mmrb2.sample import write_sample
+from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
 from warehouse.duck import connect_readonly
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS, PARTITION_KEYS, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
 from pipeline.settings import MMRB2_TASKS, ZipLimits
-from pipeline.sources.sample import write_sample
+from pipeline.mmrb2.sample import write_sample
 
 BENCH = "facebookresearch/MMRB2/benchmark"
 ZIP = "facebook/MMRB2_image/image.zip"

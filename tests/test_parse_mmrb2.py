@@ -96,8 +96,8 @@ def test_malformed_records_are_quarantined_with_stage_and_reason(tmp_path):
     assert reasons[("parse", "t2i.json#3")] == "pair is not an object"
     assert "unknown kind 'video'" in reasons[("parse", "p3")]
     assert "not a [kind, value] pair" in reasons[("parse", "p4")]
-    assert reasons[("parse", "edit.json")].startswith("unreadable JSON")
-    assert reasons[("parse", "interleaved.json")] == 'expected an object with a "pairs" list'
+    assert reasons[("file", "edit.json")].startswith("unreadable JSON")
+    assert reasons[("file", "interleaved.json")] == 'expected an object with a "pairs" list'
     assert all(r.dataset == "mmrb2" for r in out.rejected)
 
 

@@ -5,7 +5,7 @@ import pytest
 from pipeline.settings import MMRB2_IMAGE_REPO
 from pipeline.sources.base import ChecksumCache, SourceError, sha256_file
 from pipeline.sources.local import fetch_local
-from pipeline.sources.sample import write_sample
+from pipeline.mmrb2.sample import write_sample
 
 
 def test_images_zip_name_is_accepted_and_files_are_checksummed(tmp_path):

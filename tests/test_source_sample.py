@@ -18,9 +18,9 @@ from PIL import Image, ImageChops, ImageFile, ImageStat
 
 from conftest import tree_digests
 from pipeline.settings import MMRB2_TASKS, REPO_ROOT
-from pipeline.sources import sample
+from pipeline.mmrb2 import sample
 from pipeline.sources.base import ChecksumCache, RawSnapshot
-from pipeline.sources.sample import SAMPLE_VERSION, SampleFacts, fetch_sample, write_sample
+from pipeline.mmrb2.sample import SAMPLE_VERSION, SampleFacts, fetch_sample, write_sample
 
 BENCH = Path("facebookresearch/MMRB2/benchmark")
 ZIP = Path("facebook/MMRB2_image/image.zip")
@@ -85,7 +85,7 @@ def test_two_writes_in_two_dirs_and_processes_are_identical(root, tmp_path):
 
     third = tmp_path / "subprocess"
     code = (
-        "import sys; from pathlib import Path; from pipeline.sources.sample import write_sample; "
+        "import sys; from pathlib import Path; from pipeline.mmrb2.sample import write_sample; "
         "write_sample(Path(sys.argv[1]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO_ROOT)}

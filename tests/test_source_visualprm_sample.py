@@ -21,9 +21,9 @@ from PIL import Image, ImageChops, ImageFile, ImageStat
 
 from conftest import tree_digests
 from pipeline.settings import REPO_ROOT
-from pipeline.sources import sample as mmrb2
-from pipeline.sources import visualprm_sample as vs
-from pipeline.sources.visualprm_sample import (
+from pipeline.mmrb2 import sample as mmrb2
+from pipeline.visualprm import sample as vs
+from pipeline.visualprm.sample import (
     PARQUET_RELPATH,
     PRM_SYSTEM_PROMPT,
     VisualPRMSampleFacts,
@@ -129,7 +129,7 @@ def test_two_writes_in_two_dirs_and_processes_are_identical(root, tmp_path):
 
     third = tmp_path / "subprocess"
     code = (
-        "import sys; from pathlib import Path; from pipeline.sources.visualprm_sample import write_visualprm_sample; "
+        "import sys; from pathlib import Path; from pipeline.visualprm.sample import write_visualprm_sample; "
         "write_visualprm_sample(Path(sys.argv[1]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "4242", "PYTHONPATH": str(REPO_ROOT)}

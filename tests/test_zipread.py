@@ -107,7 +107,7 @@ def test_unreadable_archive_makes_every_reference_missing(tmp_path):
     z.write_bytes(b"this is not a zip")
     table, rejected, _ = inventory_images(z, {"a.jpg", "b.jpg"}, ZipLimits())
     assert table.column("status").to_pylist() == ["missing", "missing"]
-    assert rejected[0].stage == "unpack" and "unreadable archive" in rejected[0].reason
+    assert rejected[0].stage == "file" and "unreadable archive" in rejected[0].reason
 
 
 def test_decompression_bomb_image_is_corrupt_not_a_crash(tmp_path):

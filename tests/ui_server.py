@@ -96,7 +96,7 @@ def assert_release_published(data_root: Path) -> str:
     sample's `mmrb2_pairs` with that release current. Returns the release id."""
     import duckdb
 
-    from pipeline.sources.sample import sample_facts
+    from pipeline.mmrb2.sample import sample_facts
 
     current = data_root / "releases" / "CURRENT"
     assert current.is_file(), f"no release published under {data_root}"

@@ -7,8 +7,8 @@ Canonical rule (deterministic; the first criterion that differs decides):
 
 1. the largest resolution, width * height (unknown sizes last);
 2. the largest file, in bytes (unknown last);
-3. dataset order: "mmrb2" before "visualprm" (eval images win ties), any other dataset after
-   those, alphabetically;
+3. dataset order: the registry's eval sets before its train sets (eval images win ties), in
+   registry order; any other dataset after those, alphabetically;
 4. the smallest image_key (then the smallest node, so the order is total even on repeated keys).
 
 `cluster_id` is the first 16 hex characters of sha256("<dataset>/<image_key>") of the canonical:
@@ -22,7 +22,13 @@ import hashlib
 
 import numpy as np
 
-DATASET_ORDER = ("mmrb2", "visualprm")
+def _dataset_order() -> tuple[str, ...]:
+    from pipeline import datasets
+
+    return datasets.eval_sets() + datasets.train_sets()
+
+
+DATASET_ORDER = _dataset_order()
 
 
 def _compress(parent: np.ndarray) -> np.ndarray:

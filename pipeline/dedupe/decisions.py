@@ -4,8 +4,9 @@
   clusters without chaining); only clusters of two or more images are listed; `kind` says which
   rule accepted each member against the canonical (exact | near | crop | overlay) and `score` its
   verification score; the canonical rule is in clusters.py.
-- `contamination`: VisualPRM (train) images that are the same bytes as, or an accepted pair with,
-  an MMRB2 (eval) image, directly (never through a third image).
+- `contamination`: images of a train set that are the same bytes as, or an accepted pair with, an
+  image of an eval set, directly (never through a third image); every eval set against every
+  train set of the registry, each row naming both datasets.
 - Samples: VisualPRM rollouts share images by design, so a *sample* is a duplicate only when its
   images (by cluster), its normalised question and its normalised steps all equal those of an
   earlier sample (row order); the earliest one is kept.
@@ -22,7 +23,12 @@ import pyarrow as pa
 from pipeline.dedupe.engine import Dedupe, dedupe, phash_distance
 from pipeline.dedupe.hashing import THUMB_SIDE, HashedImage, is_flat
 
-EVAL_DATASET, TRAIN_DATASET = "mmrb2", "visualprm"
+
+
+def _roles() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from pipeline import datasets
+
+    return datasets.eval_sets(), datasets.train_sets()
 
 HASHES_SCHEMA = pa.schema(
     [
@@ -82,7 +88,9 @@ CLUSTERS_SCHEMA = pa.schema(
 )
 CONTAMINATION_SCHEMA = pa.schema(
     [
+        ("train_dataset", pa.string()),
         ("train_image_key", pa.string()),
+        ("eval_dataset", pa.string()),
         ("eval_image_key", pa.string()),
         ("distance", pa.int32()),  # pHash Hamming distance
         ("kind", pa.string()),  # exact | near | crop | overlay
@@ -106,30 +114,33 @@ class ThumbColumn:
         return self.data[rows]
 
 
-_CONTAMINATION_SQL = f"""
+_CONTAMINATION_SQL = """
 with images as (select * from images_in),
 same_node as (
-    select t.image_key as train_image_key, e.image_key as eval_image_key, t.row as tr, e.row as er,
-           'exact' as kind, 1.0::float as score
+    select t.dataset as train_dataset, t.image_key as train_image_key, e.dataset as eval_dataset,
+           e.image_key as eval_image_key, t.row as tr, e.row as er, 'exact' as kind, 1.0::float as score
     from images t join images e on t.node = e.node
-    where t.dataset = '{TRAIN_DATASET}' and e.dataset = '{EVAL_DATASET}'
+    where t.dataset in (select * from train_sets) and e.dataset in (select * from eval_sets)
 ),
 node_pairs as (
     select a as va, b as vb, kind, score from accepted union all select b, a, kind, score from accepted
 ),
 verified as (
-    select t.image_key, e.image_key, t.row, e.row, p.kind, p.score
+    select t.dataset, t.image_key, e.dataset, e.image_key, t.row, e.row, p.kind, p.score
     from node_pairs p
-    join images t on t.node = p.va and t.dataset = '{TRAIN_DATASET}'
-    join images e on e.node = p.vb and e.dataset = '{EVAL_DATASET}'
+    join images t on t.node = p.va and t.dataset in (select * from train_sets)
+    join images e on e.node = p.vb and e.dataset in (select * from eval_sets)
 )
-select train_image_key, eval_image_key, tr, er, kind, score from same_node
+select * from same_node
 union all select * from verified
-order by 1, 2
+order by 1, 2, 3, 4
 """
 
 
-def contamination_table(hashes: pa.Table, result: Dedupe) -> pa.Table:
+def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets=None, train_sets=None) -> pa.Table:
+    """Contamination rows for `eval_sets` x `train_sets` (default: the registry's roles)."""
+    if eval_sets is None or train_sets is None:
+        eval_sets, train_sets = _roles()
     con = duckdb.connect()
     try:
         con.register("images_in", pa.table({
@@ -137,13 +148,16 @@ def contamination_table(hashes: pa.Table, result: Dedupe) -> pa.Table:
             "dataset": hashes["dataset"], "image_key": hashes["image_key"],
             "node": pa.array(result.node_of_row)}))
         con.register("accepted", result.accepted)
+        con.register("eval_sets", pa.table({"name": pa.array(list(eval_sets), pa.string())}))
+        con.register("train_sets", pa.table({"name": pa.array(list(train_sets), pa.string())}))
         found = con.sql(_CONTAMINATION_SQL).to_arrow_table()
     finally:
         con.close()
     phash = hashes["phash"].to_numpy(zero_copy_only=False).astype(np.int64)
     tr, er = found["tr"].to_numpy(), found["er"].to_numpy()
     return pa.table({
-        "train_image_key": found["train_image_key"], "eval_image_key": found["eval_image_key"],
+        "train_dataset": found["train_dataset"], "train_image_key": found["train_image_key"],
+        "eval_dataset": found["eval_dataset"], "eval_image_key": found["eval_image_key"],
         "distance": pa.array(phash_distance(phash[tr], phash[er]).astype(np.int32)),
         "kind": found["kind"], "score": found["score"].cast(pa.float32()),
     }, schema=CONTAMINATION_SCHEMA)
@@ -186,7 +200,7 @@ with refs as (
     from steps group by sample_id
 ), contaminated as (
     select distinct s.sample_id from samples s, unnest(s.image_refs) as r(ref)
-    join contamination x on x.train_image_key = r.ref
+    join (select * from contamination where train_dataset = 'visualprm') x on x.train_image_key = r.ref
 ), sig as (
     select s.sample_id, s.row_index,
            coalesce(g.image_ids, []) as image_clusters,
@@ -220,6 +234,23 @@ def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters:
         order by s.row_index
         """
     ).to_arrow_table()
+
+
+def contaminated_by(samples: pa.Table, contamination: pa.Table, train_dataset: str = "visualprm") -> dict[str, np.ndarray]:
+    """Eval set -> a boolean mask over `samples`: the samples with an image that copies an image of
+    that eval set (a sample may be contaminated by several)."""
+    import pyarrow.compute as pc
+
+    refs = samples["image_refs"].combine_chunks() if samples.num_rows else pa.array([], pa.list_(pa.string()))
+    flat, parent = pc.list_flatten(refs), pc.list_parent_indices(refs).to_numpy(zero_copy_only=False)
+    out = {}
+    for eval_set in sorted(set(contamination["eval_dataset"].to_pylist())):
+        mine = pc.and_(pc.equal(contamination["eval_dataset"], eval_set), pc.equal(contamination["train_dataset"], train_dataset))
+        hit = pc.is_in(flat, value_set=pc.filter(contamination["train_image_key"], mine).combine_chunks())
+        mask = np.zeros(samples.num_rows, bool)
+        mask[parent[hit.to_numpy(zero_copy_only=False)]] = True
+        out[eval_set] = mask
+    return out
 
 
 def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.ndarray:

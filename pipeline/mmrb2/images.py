@@ -8,7 +8,7 @@ from typing import Callable
 import pyarrow as pa
 
 from pipeline.dedupe.hashing import HashedImage, hash_zip
-from pipeline.quarantine import Rejection
+from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
 from pipeline.zipread import scan_zip
 
@@ -72,7 +72,7 @@ def inventory_images(
     if scope == "referenced":
         archive_error, refused = None, []
     if archive_error:
-        rejected.append(Rejection(DATASET, "unpack", str(zip_path.name if zip_path else "-"), archive_error))
+        rejected.append(Rejection(DATASET, FILE_STAGE, str(zip_path.name if zip_path else "-"), archive_error))
     for entry, reason in refused:
         rejected.append(Rejection(DATASET, "unpack", entry, reason))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.quarantine import Rejection
+from pipeline.quarantine import FILE_STAGE, Rejection
 
 DATASET = "mmrb2"
 SIDES = (("A", "response_a"), ("B", "response_b"))
@@ -96,14 +96,15 @@ class ParsedMMRB2:
         return {i["image_name"] for i in self.prompt_items if i["image_name"] is not None}
 
 
-def _load_pairs(path: Path, stage: str, out: ParsedMMRB2) -> list | None:
+def _load_pairs(path: Path, out: ParsedMMRB2) -> list | None:
+    """The "pairs" list of one annotation file; a file that cannot be used is refused whole."""
     try:
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as exc:
-        out.rejected.append(Rejection(DATASET, stage, path.name, f"unreadable JSON: {exc}"))
+        out.rejected.append(Rejection(DATASET, FILE_STAGE, path.name, f"unreadable JSON: {exc}"))
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("pairs"), list):
-        out.rejected.append(Rejection(DATASET, stage, path.name, 'expected an object with a "pairs" list'))
+        out.rejected.append(Rejection(DATASET, FILE_STAGE, path.name, 'expected an object with a "pairs" list'))
         return None
     return doc["pairs"]
 
@@ -173,7 +174,7 @@ def parse_mmrb2(annotation_files: dict[str, Path], new_task_file: Path | None = 
     out = ParsedMMRB2()
     seen: dict[str, str] = {}
     for task, path in annotation_files.items():
-        pairs = _load_pairs(path, "parse", out)
+        pairs = _load_pairs(path, out)
         for index, pair in enumerate(pairs or []):
             row, items, problem = _parse_pair(pair, task)
             problem = problem or _not_unicode(pair)
@@ -195,7 +196,7 @@ def parse_mmrb2(annotation_files: dict[str, Path], new_task_file: Path | None = 
 def _parse_prompts(path: Path, out: ParsedMMRB2) -> None:
     """`new_task_release.json` carries prompt content (text + prompt images) for some edit pairs."""
     by_id = {row["pair_id"]: row for row in out.pairs}
-    for index, entry in enumerate(_load_pairs(path, "parse_prompts", out) or []):
+    for index, entry in enumerate(_load_pairs(path, out) or []):
         pair_id = entry.get("pair_id") if isinstance(entry, dict) else None
         key = pair_id if isinstance(pair_id, str) else f"{path.name}#{index}"
         if not isinstance(pair_id, str):

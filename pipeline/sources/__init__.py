@@ -18,11 +18,11 @@ SOURCES = ("sample", "local", "hf")
 Log = Callable[[str], None]
 
 
-def _cache(layout: Layout) -> ChecksumCache:
+def checksum_cache(layout: Layout) -> ChecksumCache:
     return ChecksumCache(layout.raw / "checksums.json")
 
 
-def _local_path(settings: Settings) -> Path:
+def local_path(settings: Settings) -> Path:
     if not settings.local_path:
         raise SourceError("the local source needs a path: rewardhouse run --source local --path DIR")
     path = Path(settings.local_path).expanduser()
@@ -39,15 +39,15 @@ def _check(source: str) -> None:
 def fetch_mmrb2(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
     """MMRB2's raw files (image zip + annotation JSONs)."""
     _check(settings.source)
-    cache = _cache(layout)
+    cache = checksum_cache(layout)
     if settings.source == "sample":
-        from pipeline.sources.sample import fetch_sample
+        from pipeline.mmrb2.sample import fetch_sample
 
         return fetch_sample(layout.raw_source("sample"), cache)
     if settings.source == "local":
         from pipeline.sources.local import fetch_local
 
-        return fetch_local(_local_path(settings), cache)
+        return fetch_local(local_path(settings), cache)
     from pipeline.sources.hf import fetch_hf
 
     # HF_ENDPOINT / HF_TOKEN as huggingface_hub reads them; the raw-file host can be redirected
@@ -61,15 +61,15 @@ def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: Non
     _check(settings.source)
     from pipeline.sources.visualprm import snapshot_visualprm
 
-    cache = _cache(layout)
+    cache = checksum_cache(layout)
     if settings.source == "sample":
-        from pipeline.sources.visualprm_sample import VISUALPRM_SAMPLE_VERSION, write_visualprm_sample
+        from pipeline.visualprm.sample import VISUALPRM_SAMPLE_VERSION, write_visualprm_sample
 
         root = layout.raw_source("sample")
         write_visualprm_sample(root)
         return snapshot_visualprm(root, "sample", cache, revisions={"visualprm_sample": VISUALPRM_SAMPLE_VERSION})
     if settings.source == "local":
-        path = _local_path(settings)
+        path = local_path(settings)
         return snapshot_visualprm(path, "local", cache, revisions={"local": str(path.resolve())})
     from pipeline.sources.hf import fetch_visualprm_hf
 

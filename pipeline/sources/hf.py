@@ -189,7 +189,7 @@ def _save_lock_entry(path: Path, lock: dict, key: str) -> None:
 
 
 @dataclass(frozen=True)
-class _HubFiles:
+class HubFiles:
     """Which files to take from one Hub dataset and how its lock entry records them. They land in
     `{raw_root}/{repo}/{path in the repo}`, the upstream layout."""
 
@@ -202,15 +202,34 @@ class _HubFiles:
     record: Callable[[dict, dict], None]  # store {path: {sha256, size}} of every selected file in the entry
 
 
+def fetch_hub_files(
+    raw_root: Path,
+    cache: ChecksumCache,
+    files: HubFiles,
+    *,
+    revision: str | None = None,
+    hf_endpoint: str | None = None,
+    token: str | None = None,
+    log: Log = lambda s: None,
+) -> tuple[str, list[str]]:
+    """Download (or reuse) the files `files` selects from one Hub dataset into
+    `raw_root/{repo}/`, pinned and verified as described above. Returns (commit sha, repo paths)."""
+    raw_root = Path(raw_root)
+    raw_root.mkdir(parents=True, exist_ok=True)
+    lock_path = raw_root / LOCK_FILE
+    return _fetch_pinned_files(raw_root, files, _read_lock(lock_path), lock_path, cache, endpoint=_endpoint(hf_endpoint),
+                               token=token, revision=revision, log=log)
+
+
 def _record_zip(entry: dict, records: dict) -> None:
     ((entry["file"], entry["zip"]),) = records.items()
 
 
-def _record_files(entry: dict, records: dict) -> None:
+def record_files(entry: dict, records: dict) -> None:
     entry["files"] = dict(sorted(records.items()))
 
 
-_MMRB2_IMAGES = _HubFiles(
+_MMRB2_IMAGES = HubFiles(
     repo=MMRB2_IMAGE_REPO,
     wanted=" or ".join(MMRB2_IMAGE_ZIP_NAMES),
     knob="hf_image_revision / MMRB2_IMAGE_REVISION",
@@ -220,20 +239,20 @@ _MMRB2_IMAGES = _HubFiles(
     record=_record_zip,
 )
 
-_VISUALPRM_SHARDS = _HubFiles(
+_VISUALPRM_SHARDS = HubFiles(
     repo=VISUALPRM_REPO,
     wanted=PARQUET_GLOB,
     knob="hf_visualprm_revision / VISUALPRM_REVISION",
     select=lambda files: sorted(f for f in files if is_parquet_shard(f)),
     local_globs=(PARQUET_GLOB,),
     recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
-    record=_record_files,
+    record=record_files,
 )
 
 
 def _fetch_pinned_files(
     raw_root: Path,
-    spec: _HubFiles,
+    spec: HubFiles,
     lock: dict,
     lock_path: Path,
     cache: ChecksumCache,
@@ -323,7 +342,7 @@ def _fetch_pinned_files(
 
 
 def _download_verified(
-    spec: _HubFiles, sha: str, name: str, dest: Path, *, endpoint, token, shown_endpoint, lock_path, cache, log
+    spec: HubFiles, sha: str, name: str, dest: Path, *, endpoint, token, shown_endpoint, lock_path, cache, log
 ) -> dict:
     """Our own ranged download of one pinned file, so a killed download resumes next run
     (huggingface_hub only resumes within one call). The Hub's metadata gives size and, for LFS
@@ -374,7 +393,7 @@ def _auth_header(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _resolve_revision(api, spec: _HubFiles, revision: str, shown_endpoint: str) -> str:
+def _resolve_revision(api, spec: HubFiles, revision: str, shown_endpoint: str) -> str:
     try:
         sha = api.repo_info(spec.repo, repo_type="dataset", revision=revision).sha
     except Exception as exc:  # noqa: BLE001
@@ -397,7 +416,7 @@ def _default_endpoint() -> str:
 
 
 def _hub_error(
-    action: str, what: str, exc: Exception, endpoint: str, lock_path: Path | None, spec: _HubFiles
+    action: str, what: str, exc: Exception, endpoint: str, lock_path: Path | None, spec: HubFiles
 ) -> SourceError:
     """Turn a huggingface_hub / transport exception into a SourceError that says what to do."""
     from huggingface_hub import errors

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from pipeline.dedupe.hashing import HashedImage, hash_bytes
 from pipeline.imaging import extension
-from pipeline.quarantine import Rejection
+from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
 from pipeline.visualprm.readers import parquet_problem
 from pipeline.zipread import is_within, read_entry, scan_zip
@@ -100,7 +100,7 @@ class PathResolver:
         for z in zips:
             scan = scan_zip(z, limits)
             if scan.archive_error:
-                self.rejected.append(Rejection(DATASET, "unpack", z.name, scan.archive_error))
+                self.rejected.append(Rejection(DATASET, FILE_STAGE, z.name, scan.archive_error))
             for entry, reason in scan.refused:
                 self.rejected.append(Rejection(DATASET, "unpack", f"{z.name}!{entry}", reason))
             for info in scan.entries.values():

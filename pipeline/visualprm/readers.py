@@ -13,7 +13,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.quarantine import Rejection, utf8_text
+from pipeline.quarantine import FILE_STAGE, Rejection, utf8_text
 
 DATASET = "visualprm"
 
@@ -93,7 +93,7 @@ def load_parquet_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> lis
             except duckdb.Error as exc:
                 problem = f"unreadable parquet: {str(exc).splitlines()[0]}"
         if problem:
-            rejected.append(Rejection(DATASET, "read", f.name, problem))
+            rejected.append(Rejection(DATASET, FILE_STAGE, f.name, problem))
     con.execute(
         """
         create or replace temp table prm_input as
@@ -133,7 +133,7 @@ def load_jsonl_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[
                     hints.append(hint)
                     lines.append(text)
         except OSError as exc:
-            rejected.append(Rejection(DATASET, "read", utf8_text(f.name), f"unreadable file: {exc}"))
+            rejected.append(Rejection(DATASET, FILE_STAGE, utf8_text(f.name), f"unreadable file: {exc}"))
     con.register("prm_jsonl_lines", pa.table({"sample_id": pa.array(ids, pa.string()), "source_hint": pa.array(hints, pa.string()),
                                               "line": pa.array(lines, pa.string()), "pos": pa.array(range(len(ids)), pa.int64())}))
     con.execute(

@@ -67,7 +67,7 @@ The parquet sample (`VisualPRMSampleFacts` / `ExpectedSample` carry the ground t
   group; CORRUPT_IMAGE_PATH (a JPEG cut inside its Huffman tables: Pillow cannot decode it, not
   even with ImageFile.LOAD_TRUNCATED_IMAGES).
 - Cross-dataset contamination: CONTAMINATED[0], the embedded image of one MathV360K group, is the
-  MMRB2 sample's picture CONTAMINATED[1] (rendered by pipeline.sources.sample.sample_image),
+  MMRB2 sample's picture CONTAMINATED[1] (rendered by pipeline.mmrb2.sample.sample_image),
   resized to CONTAMINATED_SCALE and re-encoded at another JPEG quality.
 - Unrelated look-alikes: LOOKALIKE_PAIRS, two embedded images each, the second drawn from the
   first's template with other content (a geometry triangle with its apex moved, a bar chart with
@@ -114,7 +114,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image, ImageChops, ImageDraw, ImageEnhance, ImageFont
 
-from pipeline.sources import sample as mmrb2_sample
+from pipeline.mmrb2 import sample as mmrb2_sample
 from pipeline.sources.base import write_if_changed
 from pipeline.visualprm.export import PRM_SYSTEM_PROMPT
 
@@ -152,7 +152,7 @@ MALFORMED_IDS = (
 )
 # Near-duplicates for a perceptual-hash search (imagehash.phash, 64 bits): each planted pair is within
 # Hamming distance 6 (the exact copy 0); any other two decodable images of this sample and the MMRB2
-# sample (pipeline.sources.sample) are 14 or more apart.
+# sample (pipeline.mmrb2.sample) are 14 or more apart.
 CROPPED_COPY = ("CLEVR_math/images/CLEVR_train_048334.png", "CLEVR_math/images/CLEVR_train_020057.png")
 BRIGHTENED_COPY = ("CLEVR_math/images/CLEVR_train_042207.png", "CLEVR_math/images/CLEVR_train_031570.png")
 PLANTED_NEAR_PAIRS = (EXACT_DUPLICATE_PATHS, NEAR_DUPLICATE_PATHS, CROPPED_COPY, BRIGHTENED_COPY)
@@ -1690,3 +1690,9 @@ def write_internvl_jsonl_sample(root: Path) -> VisualPRMSampleFacts:
             write_if_changed(root / JSONL_IMAGE_DIR / path, pixels[path])
     write_if_changed(root / JSONL_IMAGE_ZIP, _zip_bytes({p: pixels[p] for p, w in placement.items() if w == "zip"}))
     return facts
+
+
+def embedded_image(path: str) -> bytes:
+    """The bytes the parquet sample embeds for `path` (KeyError for a path it does not embed);
+    the VL-RewardBench sample plants a copy of one of them."""
+    return _render_images()[path]

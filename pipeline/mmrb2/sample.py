@@ -45,7 +45,7 @@ Planted faults and duplicates (names fixed by the seed; write_sample checks them
   under the name of a response of another pair.
 - PLANTED_NEAR_PAIRS lists all four pairs: each is within pHash (imagehash.phash, 64 bits) Hamming
   distance 6 of its original (0 for the exact copy), while every other two decodable images of this
-  sample and of the VisualPRM sample (pipeline.sources.visualprm_sample) are at distance 14 or more;
+  sample and of the VisualPRM sample (pipeline.visualprm.sample) are at distance 14 or more;
   tests/test_source_sample.py measures it. sample_image(name) hands the bytes of one zip image to
   the VisualPRM sample, which plants a near-copy of one of them.
 """

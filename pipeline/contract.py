@@ -1,0 +1,251 @@
+"""The table contract: every published table's columns and rules, declared once.
+
+Two users read the same declaration:
+
+- the parser, through `enforce`: a record (an MMRB2 pair, a VisualPRM sample, a VL-RewardBench
+  pair) whose rows break a record-level rule is quarantined with the field and the rule, and its
+  rows leave every table of its dataset, so the rest publishes;
+- the release gate: `checks/suites.py` turns each rule into a great_expectations expectation.
+
+Record-level rules look at one row (types, nulls, value sets, ranges, patterns, JSON shapes, a
+comparison of two columns). `unique` looks at the whole table and stays with the gate, as do
+distributions, referential integrity, the quarantine budget and drift (checks/rules.py).
+
+Plain Python and pyarrow: no Dagster, no great_expectations.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.quarantine import Rejection
+
+# Column kinds (checks/suites.py maps them to the pandas dtypes GX sees).
+STRING, INT, INT64, FLOAT, BOOL, LIST = "string", "int", "int64", "float", "bool", "list"
+SHA256_HEX = r"^[0-9a-f]{64}$"
+CONTRACT_STAGE = "parse"  # a record that breaks its contract is refused where it is parsed
+
+
+@dataclass(frozen=True)
+class When:
+    """A row condition: `column == value`, or `column in values`."""
+
+    column: str
+    values: tuple
+
+    def mask(self, table: pa.Table) -> pa.ChunkedArray:
+        return pc.fill_null(pc.is_in(table[self.column], value_set=pa.array(list(self.values))), False)
+
+    def __str__(self) -> str:
+        if len(self.values) == 1:
+            return f"{self.column} = {self.values[0]!r}"
+        return f"{self.column} in {list(self.values)}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule on one column (or two, for `greater`). `kind` is one of KINDS."""
+
+    kind: str
+    column: str
+    values: tuple = ()  # in_set
+    lo: float | None = None  # between
+    hi: float | None = None
+    pattern: str | None = None  # regex
+    schema: str | None = None  # json_schema, as JSON text (hashable)
+    other: str | None = None  # greater: column > other, where both are set
+    when: When | None = None
+    notes: str | None = None
+
+    @property
+    def record_level(self) -> bool:
+        return self.kind != "unique"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.column, self.other) if self.other else (self.column,)
+
+    def describe(self) -> str:
+        text = {
+            "not_null": "must be set",
+            "null": "must be empty",
+            "in_set": f"must be one of {list(self.values)}",
+            "between": f"must be within {_bound(self.lo)}..{_bound(self.hi)}",
+            "regex": f"must be {self.notes}" if self.notes else f"must match {self.pattern}",
+            "json": "must be valid JSON",
+            "json_schema": f"must match the JSON shape {self.notes or self.schema}",
+            "greater": f"must be greater than {self.other}",
+            "unique": "must be unique",
+        }[self.kind]
+        return f"{self.column} {text}" + (f" where {self.when}" if self.when else "")
+
+    def broken(self, table: pa.Table) -> pa.Array:
+        """A boolean mask of the rows that break this rule (record-level rules only)."""
+        col = table[self.column]
+        if self.kind == "not_null":
+            bad = pc.is_null(col)
+        elif self.kind == "null":
+            bad = pc.is_valid(col)
+        elif self.kind == "in_set":
+            bad = pc.and_(pc.is_valid(col), pc.invert(pc.fill_null(pc.is_in(col, value_set=pa.array(list(self.values))), False)))
+        elif self.kind == "between":
+            low = pc.less(col, self.lo) if self.lo is not None else None
+            high = pc.greater(col, self.hi) if self.hi is not None else None
+            bad = pc.or_(low, high) if low is not None and high is not None else low if low is not None else high
+            if bad is None:
+                raise ValueError(f"between on {self.column} has no bound")
+        elif self.kind == "regex":
+            bad = pc.and_(pc.is_valid(col), pc.invert(pc.fill_null(pc.match_substring_regex(col, self.pattern), False)))
+        elif self.kind == "greater":
+            both = pc.and_(pc.is_valid(col), pc.is_valid(table[self.other]))
+            bad = pc.and_(both, pc.fill_null(pc.less_equal(col, table[self.other]), False))
+        elif self.kind in ("json", "json_schema"):
+            check = _json_checker(self)
+            bad = pa.array([v is not None and not check(v) for v in col.to_pylist()], pa.bool_())
+        else:
+            raise ValueError(f"{self.kind} is not a record-level rule")
+        if self.when is not None:
+            bad = pc.and_(bad, self.when.mask(table))
+        return pc.fill_null(bad, False)
+
+
+KINDS = ("not_null", "null", "in_set", "between", "regex", "json", "json_schema", "greater", "unique")
+
+
+def _bound(value) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _json_checker(rule: Rule):
+    if rule.kind == "json":
+        def parses(text: str) -> bool:
+            try:
+                json.loads(text)
+            except ValueError:
+                return False
+            return True
+        return parses
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(rule.schema))
+
+    def matches(text: str) -> bool:
+        try:
+            return validator.is_valid(json.loads(text))
+        except ValueError:
+            return False
+    return matches
+
+
+@dataclass(frozen=True)
+class TableContract:
+    """A published table: its columns (name → kind, matched exactly by the gate) and its rules.
+    `record_key` names the column that says which upstream record a row belongs to; tables without
+    one are built by the pipeline (inventories, dedupe decisions) and judged by the gate only."""
+
+    name: str
+    columns: dict[str, str]
+    rules: tuple[Rule, ...]
+    record_key: str | None = None
+    description: str = ""
+
+    def record_rules(self, present: Iterable[str] | None = None) -> list[Rule]:
+        """The record-level rules, those whose columns are all in `present` when given (a parser's
+        table may not hold the columns later stages add)."""
+        have = set(present) if present is not None else set(self.columns)
+        return [r for r in self.rules if r.record_level and set(r.columns) <= have
+                and (r.when is None or r.when.column in have)]
+
+
+# --- rule constructors (what the contract modules write) ----------------------------------------
+
+def not_null(*columns: str, when: When | None = None) -> list[Rule]:
+    return [Rule("not_null", c, when=when) for c in columns]
+
+
+def null(column: str, when: When | None = None) -> list[Rule]:
+    return [Rule("null", column, when=when)]
+
+
+def unique(*columns: str) -> list[Rule]:
+    return [Rule("unique", ",".join(columns))]
+
+
+def in_set(column: str, values: Iterable, when: When | None = None) -> list[Rule]:
+    return [Rule("in_set", column, values=tuple(values), when=when)]
+
+
+def between(column: str, lo=None, hi=None, when: When | None = None) -> list[Rule]:
+    return [Rule("between", column, lo=lo, hi=hi, when=when)]
+
+
+def sha256(column: str) -> list[Rule]:
+    return [Rule("regex", column, pattern=SHA256_HEX)]
+
+
+def regex(column: str, pattern: str, notes: str | None = None) -> list[Rule]:
+    return [Rule("regex", column, pattern=pattern, notes=notes)]
+
+
+def json_text(*columns: str) -> list[Rule]:
+    return [Rule("json", c) for c in columns]
+
+
+def json_schema(column: str, schema: dict, when: When | None = None, notes: str | None = None) -> list[Rule]:
+    return [Rule("json_schema", column, schema=json.dumps(schema, sort_keys=True), when=when, notes=notes)]
+
+
+def greater(column: str, other: str) -> list[Rule]:
+    return [Rule("greater", column, other=other)]
+
+
+def where(column: str, *values) -> When:
+    return When(column, tuple(values))
+
+
+# --- enforcement at parse time -------------------------------------------------------------------
+
+@dataclass
+class Enforced:
+    tables: dict[str, pa.Table]
+    rejected: list[Rejection] = field(default_factory=list)
+
+
+def enforce(dataset: str, tables: dict[str, pa.Table], contracts: dict[str, TableContract]) -> Enforced:
+    """Check every record-level rule of every table in `tables` that has a contract with a record
+    key. A record with any broken row is quarantined once (stage `parse`, naming the first table,
+    field and rule it breaks) and all its rows leave every table keyed by the same record key."""
+    bad: dict[str, str] = {}
+    keyed = {name: c for name, c in contracts.items() if name in tables and c.record_key}
+    for name, contract in keyed.items():
+        table = tables[name]
+        if table.num_rows == 0:
+            continue
+        for rule in contract.record_rules(table.column_names):
+            mask = rule.broken(table)
+            if not pc.any(mask).as_py():
+                continue
+            keys = pc.filter(table[contract.record_key], mask).to_pylist()
+            values = pc.filter(table[rule.column], mask).to_pylist()
+            for key, value in zip(keys, values):
+                if key is not None and key not in bad:
+                    bad[key] = f"record contract: {name}.{rule.describe()} (got {_shown(value)})"
+    if not bad:
+        return Enforced(dict(tables))
+    drop = pa.array(sorted(bad), pa.string())
+    out = dict(tables)
+    for name, contract in keyed.items():
+        table = tables[name]
+        if table.num_rows:
+            out[name] = table.filter(pc.invert(pc.fill_null(pc.is_in(table[contract.record_key], value_set=drop), False)))
+    return Enforced(out, [Rejection(dataset, CONTRACT_STAGE, key, reason) for key, reason in sorted(bad.items())])
+
+
+def _shown(value, width: int = 80) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,69 @@
+"""Contracts of the tables every dataset shares: image hashes, dedupe decisions, quarantine.
+Their value sets (dataset names, quarantine stages) come from the registry."""
+
+from __future__ import annotations
+
+from pipeline.contract import (
+    BOOL, FLOAT, INT, INT64, STRING, TableContract, between, in_set, not_null, null, sha256, unique, where,
+)
+from pipeline.dedupe.verify import KINDS as DEDUPE_KINDS
+from pipeline.settings import QualitySettings
+
+HASH_BITS = 64
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def contracts(q: QualitySettings) -> dict[str, TableContract]:
+    from pipeline import datasets
+
+    names = datasets.names()
+    hashes = TableContract("image_hashes", {
+        "dataset": STRING, "image_key": STRING, "sha256": STRING, "phash": INT64, "dhash": INT64,
+        "width": INT, "height": INT, "bytes": INT,
+    }, (
+        *not_null("dataset", "image_key", "sha256", "phash", "dhash", "width", "height"),
+        *unique("dataset", "image_key"),
+        *in_set("dataset", names),
+        *between("phash", INT64_MIN, INT64_MAX),
+        *between("dhash", INT64_MIN, INT64_MAX),
+        *sha256("sha256"),
+        *between("width", 1),
+        *between("height", 1),
+        *between("bytes", 0),
+    ), description="pHash and dHash of every decodable image of every dataset")
+    canonical, member = where("is_canonical", True), where("is_canonical", False)
+    clusters = TableContract("duplicate_clusters", {
+        "cluster_id": STRING, "dataset": STRING, "image_key": STRING, "is_canonical": BOOL,
+        "distance_to_canonical": INT, "kind": STRING, "score": FLOAT,
+    }, (
+        *not_null("cluster_id", "dataset", "image_key", "is_canonical", "distance_to_canonical"),
+        *unique("dataset", "image_key"),
+        *in_set("dataset", names),
+        *in_set("kind", DEDUPE_KINDS),
+        *between("distance_to_canonical", 0, HASH_BITS),
+        *null("kind", when=canonical),
+        *not_null("kind", when=member),
+        *null("score", when=canonical),
+        *not_null("score", when=member),
+        *between("score", -1.0, 1.0),
+    ), description="clusters of duplicate images across datasets")
+    contamination = TableContract("contamination", {
+        "train_dataset": STRING, "train_image_key": STRING, "eval_dataset": STRING, "eval_image_key": STRING,
+        "distance": INT, "kind": STRING, "score": FLOAT,
+    }, (
+        *not_null("train_dataset", "train_image_key", "eval_dataset", "eval_image_key", "distance", "kind", "score"),
+        *unique("train_dataset", "train_image_key", "eval_dataset", "eval_image_key"),
+        *in_set("train_dataset", datasets.train_sets()),
+        *in_set("eval_dataset", datasets.eval_sets()),
+        *between("distance", 0, HASH_BITS),
+        *in_set("kind", DEDUPE_KINDS),
+        *between("score", -1.0, 1.0),
+    ), description="train images that are copies of an eval image, per eval set")
+    quarantine = TableContract("quarantine", {
+        "dataset": STRING, "stage": STRING, "record_key": STRING, "reason": STRING,
+    }, (
+        *not_null("dataset", "stage", "record_key", "reason"),
+        *in_set("dataset", names),
+        *in_set("stage", datasets.quarantine_stages()),
+    ), description="every refused record, image or file, with its stage and reason")
+    return {c.name: c for c in (hashes, clusters, contamination, quarantine)}

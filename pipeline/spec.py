@@ -1,0 +1,76 @@
+"""The dataset contract: what the pipeline needs to know about one dataset, in one description.
+
+Each dataset's package (`pipeline/<name>/`) holds its `SPEC`, its source, parser, inventory,
+sample generator and table contracts; its Dagster assets (and checks, if any) are thin glue in
+`assets/<name>.py` (`checks/<name>.py`). `pipeline/datasets.py` lists the specs, and everything
+that loops over datasets reads that list: the code location, `image_hashes`, contamination (every
+eval set against every train set), the release candidate's inputs, the quarantine budget, the
+referential rules, the GX value sets, upstream pins and the change sensor, the manifest and
+`rewardhouse releases`.
+
+Plain Python: no Dagster. Callables are named as "module:function" and imported when used, so
+reading the registry stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from pipeline.contract import TableContract
+from pipeline.settings import QualitySettings
+
+EVAL, TRAIN = "eval", "train"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream repository the `hf` source reads, pinned to a revision."""
+
+    repo: str  # "owner/name"
+    kind: str  # "hf" (a Hugging Face dataset) | "github"
+    files: str  # which files, as a user reads it (a glob, or a list)
+    pin_setting: str | None = None  # the resource field that pins a run to a revision (the sensor sets it)
+    select: Callable[[list[str]], list[str]] | None = None  # Hub files -> the ones the source downloads
+    pinned: str | None = None  # a revision fixed in code (GitHub annotation commit), if any
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str  # the value of `dataset` in shared tables (image_hashes, quarantine, ...)
+    title: str
+    role: str  # EVAL | TRAIN
+    licence: str
+    upstream: tuple[Upstream, ...]
+    local_layout: tuple[str, ...]  # what `local --path DIR` looks for under DIR
+    contracts: Callable[[QualitySettings], dict[str, TableContract]]  # its published tables
+    record_table: str  # one row per upstream record (pair, sample)
+    record_noun: str  # what a record is called ("pairs", "samples")
+    image_table: str  # its image inventory
+    record_stages: tuple[str, ...]  # quarantine stages that refuse records
+    image_stages: tuple[str, ...]  # quarantine stages that refuse images
+    fetch: str  # "module:function(settings, layout, log) -> RawSnapshot | None"
+    sample: str  # "module:function(root)": writes the embedded sample in the upstream layout
+    assets: str  # the module of its Dagster assets
+    raw_asset: str  # the asset whose value is its RawSnapshot (as a dict) or None
+    staged_assets: tuple[str, ...]  # assets whose `tables` go into the release
+    image_asset: str  # the asset whose `internal.image_hashes` holds its image signatures
+    checks: str | None = None  # the module of its own asset checks
+    export_asset: str | None = None  # a train set's training export (files to publish)
+    integrity: tuple[tuple[str, str], ...] = ()  # referential rules: (name, SQL returning offenders)
+    sample_ok_images: str = "status = 'ok'"  # which image_table rows count as kept images
+    description: str = ""
+    notes: dict = field(default_factory=dict)
+
+    def tables(self, quality: QualitySettings = QualitySettings()) -> dict[str, TableContract]:
+        return self.contracts(quality)
+
+    def fetcher(self) -> Callable:
+        return load(self.fetch)
+
+
+def load(ref: str):
+    """The object a "module:name" reference names."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,149 @@
+"""VL-RewardBench parquet → `vlrb_pairs` and `vlrb_images` (+ the hashes for dedupe), streamed.
+
+One row upstream is one preference pair: a query, one image (HF `Image()`: bytes and a path), two
+responses and their human ranks (0 = preferred). `chosen` is "A" when the first response ranks 0.
+An image is keyed by its content (`sha256:<hex>`): pairs over the same image share one
+`vlrb_images` row, and the key is the same in every mirror of the data.
+
+Refusals: a whole shard that cannot be read, or lacks the columns, is an unusable file (stage
+`file`: it blocks the release by default); a row without an id, or repeating an earlier id, is
+quarantined at `parse`; a pair breaking its record contract (pipeline/vlrb/contract.py: ranking a
+permutation of (0, 1), two non-empty responses, one image) is quarantined at `parse` by
+`pipeline.contract.enforce`; an image that does not decode is `corrupt` and quarantined at
+`decode` (its pair stays, as for MMRB2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.contract import enforce
+from pipeline.dedupe.hashing import HashedImage, hash_bytes
+from pipeline.quarantine import Rejection
+from pipeline.settings import QualitySettings, ZipLimits
+from pipeline.vlrb.contract import contracts
+
+DATASET = "vlrb"
+REQUIRED_COLUMNS = ("id", "query", "response", "image", "human_ranking")
+OPTIONAL_COLUMNS = ("models", "judge", "rationale", "query_source", "ground_truth")
+BATCH_ROWS = 64  # rows (with their images) held at once
+
+_C = contracts(QualitySettings())
+_ARROW = {"string": pa.string(), "int": pa.int32()}
+PAIRS_SCHEMA = pa.schema([(n, _ARROW[k]) for n, k in _C["vlrb_pairs"].columns.items()])
+IMAGES_SCHEMA = pa.schema([(n, pa.int64() if n == "bytes" else _ARROW[k]) for n, k in _C["vlrb_images"].columns.items()])
+
+
+@dataclass
+class Parsed:
+    pairs: pa.Table
+    images: pa.Table
+    rejected: list[Rejection] = field(default_factory=list)
+    hashed: list[HashedImage] = field(default_factory=list)
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {"vlrb_pairs": self.pairs, "vlrb_images": self.images}
+
+
+def file_problem(path: Path) -> str | None:
+    """Why a shard cannot be used at all, or None."""
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        return f"unreadable parquet: {exc}"
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    return f"parquet lacks column(s) {', '.join(missing)}" if missing else None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None if value is None else str(value)
+
+
+def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = QualitySettings(),
+               root: Path | None = None, progress: Callable[[int], None] | None = None) -> Parsed:
+    """Every shard of `files` (relative names under `root` in messages), streamed BATCH_ROWS rows at a time."""
+    pairs, images, rejected, hashed = [], {}, [], []
+    seen: dict[str, int] = {}
+    done = 0
+    for path in files:
+        name = Path(path).relative_to(root).as_posix() if root else Path(path).name
+        problem = file_problem(path)
+        if problem:
+            rejected.append(Rejection(DATASET, "file", name, problem))
+            continue
+        pf = pq.ParquetFile(path)
+        columns = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c in pf.schema_arrow.names]
+        try:
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+                for row in batch.to_pylist():
+                    done += 1
+                    pair = _pair(row, done, seen, rejected)
+                    if pair is None:
+                        continue
+                    image = row.get("image")
+                    data = image.get("bytes") if isinstance(image, dict) else None
+                    if data is not None:
+                        key = f"sha256:{hashlib.sha256(data).hexdigest()}"
+                        pair["image_key"] = key
+                        if key not in images:
+                            images[key] = _image(key, data, limits, rejected, hashed)
+                    pairs.append(pair)
+                if progress:
+                    progress(done)
+        except Exception as exc:  # a shard damaged past its footer: what was read stays, the file is named
+            rejected.append(Rejection(DATASET, "file", name, f"unreadable after {done} rows: {exc}"))
+    parsed = pa.Table.from_pylist(pairs, schema=PAIRS_SCHEMA)
+    checked = enforce(DATASET, {"vlrb_pairs": parsed}, contracts(quality))
+    rejected.extend(checked.rejected)
+    table = pa.Table.from_pylist(sorted(images.values(), key=lambda r: r["image_key"]), schema=IMAGES_SCHEMA)
+    return Parsed(checked.tables["vlrb_pairs"], table, rejected, sorted(hashed, key=lambda h: h.key))
+
+
+def _pair(row: dict, number: int, seen: dict, rejected: list) -> dict | None:
+    pid = _text(row.get("id"))
+    if not pid:
+        rejected.append(Rejection(DATASET, "parse", f"row {number}", "row has no id"))
+        return None
+    if pid in seen:
+        rejected.append(Rejection(DATASET, "parse", pid, f"id repeats row {seen[pid]}; the first is kept"))
+        return None
+    seen[pid] = number
+    responses = row.get("response")
+    responses = list(responses) if isinstance(responses, list) else []
+    ranking = row.get("human_ranking")
+    models = row.get("models") if isinstance(row.get("models"), list) else []
+    chosen = {(0, 1): "A", (1, 0): "B"}.get(tuple(ranking) if isinstance(ranking, list) else None)
+    return {
+        "pair_id": pid, "query": _text(row.get("query")),
+        "response_a": _text(responses[0]) if len(responses) > 0 else None,
+        "response_b": _text(responses[1]) if len(responses) > 1 else None,
+        "chosen": chosen,
+        "model_a": _text(models[0]) if len(models) > 0 else None,
+        "model_b": _text(models[1]) if len(models) > 1 else None,
+        "judge": _text(row.get("judge")), "rationale": _text(row.get("rationale")),
+        "query_source": _text(row.get("query_source")), "ground_truth": _text(row.get("ground_truth")),
+        "image_key": None,
+        "human_ranking": json.dumps(ranking) if ranking is not None else None,
+        "n_responses": len(responses),
+    }
+
+
+def _image(key: str, data: bytes, limits: ZipLimits, rejected: list, hashed: list) -> dict:
+    row = {"image_key": key, "sha256": key.split(":", 1)[1], "bytes": len(data), "width": None, "height": None,
+           "format": None, "status": "corrupt"}
+    if len(data) > limits.max_entry_bytes:
+        rejected.append(Rejection(DATASET, "decode", key, f"{len(data)} bytes exceeds the {limits.max_entry_bytes}-byte limit"))
+        return row
+    h = hash_bytes(key, data, limits.max_image_pixels)
+    if h.error is not None:
+        rejected.append(Rejection(DATASET, "decode", key, h.error))
+        return row
+    hashed.append(h)
+    return {**row, "width": h.width, "height": h.height, "format": h.format, "status": "ok"}

@@ -1,0 +1,85 @@
+"""VL-RewardBench raw files, from any source, in the upstream layout:
+
+    {root}/MMInstruction/VL-RewardBench/data/test-*.parquet
+
+`sample` writes the generated miniature (pipeline/vlrb/sample.py), `local --path DIR` takes the
+shards under DIR (absent when there are none), `hf` downloads them from the Hub at a pinned
+revision (`hf_vlrb_revision`, else the one locked in sources.lock.json, else `main` locked now).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pipeline.settings import Layout, Settings
+from pipeline.sources.base import ChecksumCache, RawFile, RawSnapshot, SourceError
+
+REPO = "MMInstruction/VL-RewardBench"
+PARQUET_GLOB = "data/test-*.parquet"
+ROLE = "vlrb_parquet"
+_SHARD = re.compile(r"data/test-[^/]*\.parquet")
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def is_shard(relpath: str) -> bool:
+    return _SHARD.fullmatch(relpath) is not None
+
+
+def shards(snapshot: RawSnapshot | None) -> list[Path]:
+    return [Path(f.path) for f in snapshot.files if f.role.startswith(ROLE + ":")] if snapshot else []
+
+
+def snapshot_vlrb(root: Path, source: str, cache: ChecksumCache, *, origins: dict | None = None,
+                  revisions: dict | None = None) -> RawSnapshot | None:
+    """The shards under `root` in the upstream layout, checksummed; None when there are none."""
+    root = root.resolve()
+    folder = root / REPO
+    found = sorted(p for p in folder.glob(PARQUET_GLOB) if p.is_file())
+    if not found:
+        if folder.is_dir() and any(p.is_file() for p in folder.rglob("*")):
+            raise SourceError(f"{source} source: {folder} holds files but no {PARQUET_GLOB}; "
+                              "complete the download or remove the folder")
+        return None
+    files = []
+    for path in found:
+        with open(path, "rb") as fh:
+            if fh.read(len(_LFS_POINTER)) == _LFS_POINTER:
+                raise SourceError(f"{source} source: VL-RewardBench file {path} is a git-lfs pointer, not the data; "
+                                  "run `git lfs pull` in that clone (or download the file) and try again")
+        rel = path.relative_to(root).as_posix()
+        role = f"{ROLE}:{rel}"
+        files.append(RawFile(role=role, path=str(path), sha256=cache.sha256(path), size=path.stat().st_size,
+                             origin=(origins or {}).get(role, str(path))))
+    cache.save()
+    return RawSnapshot(source=source, root=str(root), files=tuple(files), revisions=dict(revisions or {}))
+
+
+def fetch_vlrb(settings: Settings, layout: Layout, log=lambda s: None) -> RawSnapshot | None:
+    from pipeline.sources import checksum_cache, local_path
+
+    cache = checksum_cache(layout)
+    if settings.source == "sample":
+        from pipeline.vlrb.sample import SAMPLE_VERSION, write_vlrb_sample
+
+        root = layout.raw_source("sample")
+        write_vlrb_sample(root)
+        return snapshot_vlrb(root, "sample", cache, revisions={"vlrb_sample": SAMPLE_VERSION})
+    if settings.source == "local":
+        path = local_path(settings)
+        return snapshot_vlrb(path, "local", cache, revisions={"local": str(path.resolve())})
+    from pipeline.sources.hf import HubFiles, fetch_hub_files, record_files
+
+    hub = HubFiles(
+        repo=REPO, wanted=PARQUET_GLOB, knob="hf_vlrb_revision",
+        select=lambda names: sorted(n for n in names if is_shard(n)), local_globs=(PARQUET_GLOB,),
+        recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
+        record=record_files,
+    )
+    raw = layout.raw_source("hf")
+    sha, names = fetch_hub_files(raw, cache, hub, revision=settings.hf_vlrb_revision, log=log)
+    origins = {f"{ROLE}:{REPO}/{n}": f"{REPO}@{sha}/{n}" for n in names}
+    snap = snapshot_vlrb(raw, "hf", cache, origins=origins, revisions={REPO: sha})
+    if snap is None:
+        raise SourceError(f"hf source: the {REPO} shards downloaded to {raw} are gone; run again")
+    return snap
