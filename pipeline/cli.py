@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from pipeline import env
 from pipeline.settings import DEFAULT_MAX_DISTANCE, MMRB2_TASKS, REPO_ROOT, Layout
 
 EXAMPLE_SQL = "select task, count(*) as pairs, round(avg((chosen = 'A')::int) * 100, 1) as chosen_a_pct from mmrb2_pairs group by task order by task"
@@ -20,7 +22,7 @@ def _fail(message: str, code: int = 1) -> int:
 
 def prepare_dagster_home(layout: Layout) -> Path:
     """Use a persistent DAGSTER_HOME inside the data root (unless one is set) with the repo's dagster.yaml."""
-    home = Path(os.environ.get("DAGSTER_HOME") or layout.dagster_home)
+    home = Path(env.dagster_home() or layout.dagster_home)
     home.mkdir(parents=True, exist_ok=True)
     src, dst = REPO_ROOT / "dagster.yaml", home / "dagster.yaml"
     if src.is_file() and (not dst.is_file() or dst.read_bytes() != src.read_bytes()):
@@ -74,6 +76,11 @@ def _unusable_files(result) -> tuple[list[str], bool]:
 
 
 def _parse_value(text: str):
+    if text.lstrip().startswith("{"):  # a mapping setting, e.g. hf_revisions={"org/name": "<sha>"}
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -285,6 +292,13 @@ def _connect_readonly(layout: Layout):
     return connect_readonly(layout.warehouse)
 
 
+def _dataset_line(manifest, spec) -> str:
+    source = manifest.sources.get(spec.name)
+    if not source or source.get("absent"):
+        return f"{spec.name}: absent"
+    return f"{spec.name}: {manifest.row_counts.get(spec.record_table, 0)} {spec.record_noun}"
+
+
 def cmd_releases(args) -> int:
     from warehouse.store import ReleaseStore
 
@@ -294,11 +308,15 @@ def cmd_releases(args) -> int:
     if not manifests:
         print(f"no releases under {layout.releases}; run `rewardhouse run` first")
         return 0
+    from pipeline import datasets
+
     current = store.current()
     for m in manifests:
         mark = "*" if m.release_id == current else " "
+        per_dataset = "; ".join(_dataset_line(m, d) for d in datasets.DATASETS)
         counts = ", ".join(f"{t}={n}" for t, n in sorted(m.row_counts.items()))
-        print(f"{mark} {m.release_id}  {m.created_at}  {counts}")
+        print(f"{mark} {m.release_id}  {m.created_at}  {per_dataset}")
+        print(f"    {counts}")
     return 0
 
 
@@ -489,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="materialize every asset and publish a release")
-    run.add_argument("--source", choices=("sample", "local", "hf"), default=os.environ.get("REWARDHOUSE_SOURCE", "sample"))
+    run.add_argument("--source", choices=("sample", "local", "hf"), default=env.source())
     run.add_argument("--path", help="for --source local: a folder mirroring the upstream layout")
     run.add_argument("--prm-label-threshold", type=float, default=None,
                      help="VisualPRM raw form: a step is '+' iff its Monte-Carlo score is above this (default 0.0)")

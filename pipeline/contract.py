@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -219,8 +220,10 @@ class Enforced:
 def enforce(dataset: str, tables: dict[str, pa.Table], contracts: dict[str, TableContract]) -> Enforced:
     """Check every record-level rule of every table in `tables` that has a contract with a record
     key. A record with any broken row is quarantined once (stage `parse`, naming the first table,
-    field and rule it breaks) and all its rows leave every table keyed by the same record key."""
+    field and rule it breaks) and all its rows leave every table keyed by the same record key. A
+    row without a record key is refused alone, named `<table> row <n>`."""
     bad: dict[str, str] = {}
+    keyless: dict[str, dict[int, str]] = {}
     keyed = {name: c for name, c in contracts.items() if name in tables and c.record_key}
     for name, contract in keyed.items():
         table = tables[name]
@@ -230,20 +233,33 @@ def enforce(dataset: str, tables: dict[str, pa.Table], contracts: dict[str, Tabl
             mask = rule.broken(table)
             if not pc.any(mask).as_py():
                 continue
-            keys = pc.filter(table[contract.record_key], mask).to_pylist()
-            values = pc.filter(table[rule.column], mask).to_pylist()
-            for key, value in zip(keys, values):
-                if key is not None and key not in bad:
-                    bad[key] = f"record contract: {name}.{rule.describe()} (got {_shown(value)})"
-    if not bad:
+            rows = pc.indices_nonzero(mask).to_pylist()
+            keys = table[contract.record_key].take(rows).to_pylist()
+            values = table[rule.column].take(rows).to_pylist()
+            for row, key, value in zip(rows, keys, values):
+                reason = f"record contract: {name}.{rule.describe()} (got {_shown(value)})"
+                if key is None:
+                    keyless.setdefault(name, {}).setdefault(row, reason)
+                elif key not in bad:
+                    bad[key] = reason
+    if not bad and not keyless:
         return Enforced(dict(tables))
     drop = pa.array(sorted(bad), pa.string())
     out = dict(tables)
     for name, contract in keyed.items():
         table = tables[name]
-        if table.num_rows:
-            out[name] = table.filter(pc.invert(pc.fill_null(pc.is_in(table[contract.record_key], value_set=drop), False)))
-    return Enforced(out, [Rejection(dataset, CONTRACT_STAGE, key, reason) for key, reason in sorted(bad.items())])
+        if not table.num_rows:
+            continue
+        keep = pc.invert(pc.fill_null(pc.is_in(table[contract.record_key], value_set=drop), False))
+        if name in keyless:
+            alone = np.zeros(table.num_rows, bool)
+            alone[list(keyless[name])] = True
+            keep = pc.and_(keep, pa.array(~alone))
+        out[name] = table.filter(keep)
+    rejected = [Rejection(dataset, CONTRACT_STAGE, key, reason) for key, reason in sorted(bad.items())]
+    rejected += [Rejection(dataset, CONTRACT_STAGE, f"{name} row {row}", reason)
+                 for name, rows in sorted(keyless.items()) for row, reason in sorted(rows.items())]
+    return Enforced(out, rejected)
 
 
 def _shown(value, width: int = 80) -> str:

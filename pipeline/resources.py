@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 import dagster as dg
 
+from pipeline import env
 from pipeline.stopping import stop_point
 from pipeline.settings import DEFAULT_MAX_DISTANCE, DEFAULT_MAX_IMAGE_PIXELS, Layout, QualitySettings, Settings, ZipLimits
 
@@ -39,7 +39,7 @@ class RewardhouseResource(dg.ConfigurableResource):
     budget_severity: str = QualitySettings.budget_severity
     hf_image_revision: Optional[str] = None
     hf_visualprm_revision: Optional[str] = None
-    hf_vlrb_revision: Optional[str] = None
+    hf_revisions: Dict[str, str] = {}  # any other Hub dataset: repo -> revision (e.g. MMInstruction/VL-RewardBench)
     # Publish even when a whole upstream file was refused (see Settings.allow_unusable_files).
     allow_unusable_files: bool = False
 
@@ -57,7 +57,7 @@ class RewardhouseResource(dg.ConfigurableResource):
             export_keep_contaminated=self.export_keep_contaminated,
             hf_image_revision=self.hf_image_revision,
             hf_visualprm_revision=self.hf_visualprm_revision,
-            hf_vlrb_revision=self.hf_vlrb_revision,
+            hf_revisions=dict(self.hf_revisions),
             allow_unusable_files=self.allow_unusable_files,
             quality=QualitySettings(
                 max_steps=self.max_steps,
@@ -78,12 +78,12 @@ class RewardhouseResource(dg.ConfigurableResource):
 
 def default_resource() -> RewardhouseResource:
     return RewardhouseResource(
-        source=os.environ.get("REWARDHOUSE_SOURCE", "sample"),
-        local_path=os.environ.get("REWARDHOUSE_LOCAL_PATH") or None,
-        home=os.environ.get("REWARDHOUSE_HOME") or None,
-        prm_label_threshold=float(os.environ.get("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0")),
-        dedupe_max_distance=int(os.environ.get("REWARDHOUSE_DEDUPE_MAX_DISTANCE", DEFAULT_MAX_DISTANCE)),
-        workers=int(os.environ.get("REWARDHOUSE_WORKERS", "0")),
-        max_image_pixels=int(os.environ.get("REWARDHOUSE_MAX_IMAGE_PIXELS", DEFAULT_MAX_IMAGE_PIXELS)),
-        allow_unusable_files=os.environ.get("REWARDHOUSE_ALLOW_UNUSABLE_FILES", "").lower() in ("1", "true", "yes"),
+        source=env.source(),
+        local_path=env.local_path(),
+        home=env.home(),
+        prm_label_threshold=env.prm_label_threshold(),
+        dedupe_max_distance=env.dedupe_max_distance(DEFAULT_MAX_DISTANCE),
+        workers=env.workers(),
+        max_image_pixels=env.max_image_pixels(DEFAULT_MAX_IMAGE_PIXELS),
+        allow_unusable_files=env.allow_unusable_files(),
     )

@@ -11,10 +11,10 @@ Off until asked (`REWARDHOUSE_SCHEDULES_ON=1`, or the toggle in the UI): a fresh
 
 from __future__ import annotations
 
-import os
 
 import dagster as dg
 
+from pipeline import env
 from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
 
 REFRESH_JOB = "refresh"  # defined in pipeline/definitions.py; referenced by name to avoid an import cycle
@@ -23,7 +23,7 @@ DEFAULT_NIGHTLY_CRON = "0 2 * * *"
 
 def automation_on() -> bool:
     """Whether schedules and the upstream sensor start running by themselves (REWARDHOUSE_SCHEDULES_ON=1)."""
-    return os.environ.get("REWARDHOUSE_SCHEDULES_ON", "").strip().lower() in ("1", "true", "yes", "on")
+    return env.schedules_on()
 
 
 def nightly_schedule() -> dg.ScheduleDefinition:
@@ -32,7 +32,7 @@ def nightly_schedule() -> dg.ScheduleDefinition:
     @dg.schedule(
         name="nightly_refresh",
         job_name=REFRESH_JOB,
-        cron_schedule=os.environ.get("REWARDHOUSE_NIGHTLY_CRON", "").strip() or DEFAULT_NIGHTLY_CRON,
+        cron_schedule=env.nightly_cron(DEFAULT_NIGHTLY_CRON),
         execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING if automation_on() else dg.DefaultScheduleStatus.STOPPED,
         description="Refresh every asset, every partition, from the configured source (REWARDHOUSE_SOURCE); cron "

@@ -16,32 +16,28 @@ is up; `rewardhouse run` does the same before it starts.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 
 import dagster as dg
 
+from pipeline import env
 from pipeline.resources import RewardhouseResource
 from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
 from pipeline.runs import reap_dead_runs
 from pipeline.schedules import REFRESH_JOB, automation_on
-from pipeline.upstream import content_digest, errors, revisions_digest, upstream_revisions
+from pipeline.upstream import PIN_FIELDS, content_digest, errors, revisions_digest, upstream_revisions
 
 DEFAULT_POLL_SECONDS = 3600
 NOTIFY_TIMEOUT_SECONDS = 60
 
-# Upstream repo -> the `rewardhouse` resource field that pins a run to a revision of it. A field
-# the resource does not (yet) have is left out of the run config; that run uses the locked revision.
-PIN_FIELDS = {
-    "facebook/MMRB2_image": "hf_image_revision",
-    "mm-eval/VisualPRM400K": "hf_visualprm_revision",
-    "facebookresearch/MMRB2": "hf_annotation_commit",
-}
+# PIN_FIELDS (from the registry): upstream repo -> the `rewardhouse` resource field that pins a run
+# to a revision of it. A field the resource does not (yet) have is left out of the run config; that
+# run uses the locked revision.
 
 
 def _poll_seconds() -> int:
-    return int(os.environ.get("REWARDHOUSE_UPSTREAM_POLL_SECONDS", DEFAULT_POLL_SECONDS))
+    return env.upstream_poll_seconds(DEFAULT_POLL_SECONDS)
 
 
 def _read_cursor(cursor: str | None) -> dict | None:
@@ -69,6 +65,11 @@ def pinned_run_config(resource: RewardhouseResource, heads: dict) -> dict:
     fields = type(resource).model_fields
     pins = {PIN_FIELDS[repo]: head["revision"] for repo, head in heads.items()
             if PIN_FIELDS.get(repo) in fields and head.get("revision")}
+    # Hub datasets without a field of their own pin through `hf_revisions` (repo -> revision).
+    generic = {repo: head["revision"] for repo, head in heads.items()
+               if repo not in PIN_FIELDS and head.get("kind") == "hf" and head.get("revision")}
+    if generic and "hf_revisions" in fields:
+        pins["hf_revisions"] = {**resource.hf_revisions, **generic}
     if not pins:
         return {}
     config = {k: v for k, v in resource.model_dump().items() if v is not None}
@@ -122,7 +123,7 @@ def notify(message: str) -> None:
     """Hook for failure notifications. Runs `REWARDHOUSE_NOTIFY_COMMAND` (split like a shell
     would split it, but never run through one) with the message on stdin; does nothing when it is
     unset. Raises RuntimeError when the command fails. Replace it to notify some other way."""
-    command = os.environ.get("REWARDHOUSE_NOTIFY_COMMAND", "").strip()
+    command = env.notify_command()
     if not command:
         return
     argv = shlex.split(command)

@@ -5,9 +5,10 @@ Plain Python: no Dagster import, so the CLI, tests and assets share one source o
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pipeline import env
 
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
 TRANSFORM_VERSION = "3"
@@ -24,8 +25,8 @@ MMRB2_IMAGE_ZIP_NAMES = ("image.zip", "images.zip")
 
 def data_root() -> Path:
     """`REWARDHOUSE_HOME`, else `data/` at the repository root; always absolute."""
-    env = os.environ.get("REWARDHOUSE_HOME")
-    root = Path(env).expanduser() if env else REPO_ROOT / "data"
+    configured = env.home()
+    root = Path(configured).expanduser() if configured else REPO_ROOT / "data"
     return root.resolve()
 
 
@@ -88,10 +89,15 @@ class Settings:
     # hf source: move to these Hub commits (the upstream sensor sets them); None keeps the lock.
     hf_image_revision: str | None = None
     hf_visualprm_revision: str | None = None
-    hf_vlrb_revision: str | None = None
+    # Any other Hub dataset: repo -> revision (the sensor pins a run through it). Datasets added
+    # later pin here, so adding one needs no new setting.
+    hf_revisions: dict = field(default_factory=dict)
     # Publish even when a whole upstream file was refused (the `upstream_files` check then warns):
     # e.g. ship three MMRB2 tasks while the fourth's file is broken. Off: such a file blocks.
     allow_unusable_files: bool = False
+
+    def hf_revision(self, repo: str) -> str | None:
+        return self.hf_revisions.get(repo)
 
     @property
     def max_image_pixels(self) -> int:

@@ -31,7 +31,7 @@ class Upstream:
     repo: str  # "owner/name"
     kind: str  # "hf" (a Hugging Face dataset) | "github"
     files: str  # which files, as a user reads it (a glob, or a list)
-    pin_setting: str | None = None  # the resource field that pins a run to a revision (the sensor sets it)
+    pin_setting: str | None = None  # a resource field that pins a run to a revision; None: `hf_revisions[repo]`
     select: Callable[[list[str]], list[str]] | None = None  # Hub files -> the ones the source downloads
     pinned: str | None = None  # a revision fixed in code (GitHub annotation commit), if any
 

@@ -7,7 +7,10 @@ the parquet shards) and one GitHub API call:
     {"facebook/MMRB2_image":   {"kind": "hf", "revision": "<commit sha of main>",
                                 "files": {"image.zip": "<etag>"}},
      "mm-eval/VisualPRM400K":  {"kind": "hf", "revision": "<sha>", "files": {"data/train-...parquet": "<etag>"}},
+     "MMInstruction/VL-RewardBench": {"kind": "hf", "revision": "<sha>", "files": {"data/test-...parquet": "<etag>"}},
      "facebookresearch/MMRB2": {"kind": "github", "revision": "<commit sha of the default branch>"}}
+
+The upstreams are those the datasets of the registry (pipeline/datasets.py) declare.
 
 An upstream that cannot be read is `{"error": "<what failed>"}` instead; this never raises, so a
 caller can report the failure and try again later.
@@ -21,21 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import urllib.error
 import urllib.request
 
-from pipeline.settings import MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, MMRB2_IMAGE_ZIP_NAMES, VISUALPRM_REPO
-from pipeline.sources.visualprm import is_parquet_shard
+from pipeline import datasets, env
 
 DEFAULT_GITHUB_API = "https://api.github.com"
 
-# Hub dataset -> which of its files the hf source downloads (same rules as pipeline/sources/hf.py).
-HUB_DATASETS = {
-    MMRB2_IMAGE_REPO: lambda files: [n for n in MMRB2_IMAGE_ZIP_NAMES if n in files][:1],
-    VISUALPRM_REPO: lambda files: sorted(f for f in files if is_parquet_shard(f)),
-}
-GITHUB_REPOS = (MMRB2_ANNOTATION_REPO,)
+# Every upstream of every dataset in the registry: Hub dataset -> which of its files the hf source
+# downloads (the same selection its fetch uses), and the GitHub repos.
+HUB_DATASETS = {u.repo: u.select for d in datasets.DATASETS for u in d.upstream if u.kind == "hf"}
+GITHUB_REPOS = tuple(u.repo for d in datasets.DATASETS for u in d.upstream if u.kind == "github")
+# Upstream repo -> the resource field that pins a run to a revision of it.
+PIN_FIELDS = {u.repo: u.pin_setting for d in datasets.DATASETS for u in d.upstream if u.pin_setting}
 
 
 def upstream_revisions(
@@ -53,9 +54,9 @@ def upstream_revisions(
     api.github.com; `github_token` to `GITHUB_TOKEN` (optional: one call an hour is far below the
     anonymous rate limit).
     """
-    endpoint = (hf_endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
-    api_base = (github_api_base or os.environ.get("REWARDHOUSE_GITHUB_API") or DEFAULT_GITHUB_API).rstrip("/")
-    github_token = github_token or os.environ.get("GITHUB_TOKEN") or None
+    endpoint = (hf_endpoint or env.hf_endpoint() or "").rstrip("/") or None
+    api_base = (github_api_base or env.github_api(DEFAULT_GITHUB_API)).rstrip("/")
+    github_token = github_token or env.github_token()
 
     heads: dict[str, dict] = {}
     for repo, select in HUB_DATASETS.items():

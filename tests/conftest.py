@@ -153,7 +153,7 @@ FAST_MODULES = {
     "test_parse_mmrb2", "test_parse_visualprm", "test_zipread", "test_liveness", "test_stopping",
     "test_quality_rules", "test_source_sample", "test_source_visualprm_sample", "test_hostile_records",
     "test_hostile_images", "test_hostile_archives", "test_visualprm_images", "test_source_local",
-    "test_source_visualprm", "test_gc", "test_release_store",
+    "test_source_visualprm", "test_gc", "test_release_store", "test_contract", "test_vlrb",
 }
 
 
@@ -161,3 +161,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in FAST_MODULES:
             item.add_marker(pytest.mark.fast)
+
+
+def serve_vlrb(hub, upstream: Path) -> str:
+    """Put the VL-RewardBench sample on a loopback Hub as MMInstruction/VL-RewardBench; its commit."""
+    from pipeline.vlrb.sample import RELPATH, write_vlrb_sample
+    from pipeline.vlrb.source import REPO
+
+    write_vlrb_sample(upstream)
+    return hub.add_dataset_commit(REPO, {"README.md": b"# VL-RewardBench\n", RELPATH[len(REPO) + 1:]: (upstream / RELPATH).read_bytes()})
+

@@ -10,6 +10,7 @@ from conftest import published_home
 from pipeline.cli import main
 from pipeline.mmrb2 import sample as mmrb2_sample
 from pipeline.visualprm import sample as visualprm_sample
+from pipeline.vlrb import sample as vlrb_sample
 
 ALL_PAIRS = [("mmrb2", p) for p in mmrb2_sample.PLANTED_NEAR_PAIRS] + [("visualprm", p) for p in visualprm_sample.PLANTED_NEAR_PAIRS]
 
@@ -74,11 +75,14 @@ def test_each_cluster_has_one_canonical_and_kinds_follow_bytes(root):
 
 def test_the_planted_train_eval_near_copy_is_contamination(root):
     train, eval_ = visualprm_sample.CONTAMINATED
-    rows = q(root, "select distance, kind, score from contamination where train_image_key = ? and eval_image_key = ?", [train, eval_])
-    assert len(rows) == 1 and rows[0][0] <= 8 and rows[0][1] == "near" and 0.965 <= rows[0][2] <= 1.0
+    rows = q(root, "select eval_dataset, distance, kind, score from contamination where train_image_key = ? and eval_image_key = ?",
+             [train, eval_])
+    assert len(rows) == 1 and rows[0][0] == "mmrb2" and rows[0][1] <= 8 and rows[0][2] == "near" and 0.965 <= rows[0][3] <= 1.0
     flagged = q(root, "select count(*) from prm_samples where is_contaminated")[0][0]
     users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [train])[0][0]
-    assert flagged == users > 0
+    # the VL-RewardBench sample copies another training image (pipeline/vlrb/sample.py)
+    vlrb_users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [vlrb_sample.CONTAMINATED[0]])[0][0]
+    assert flagged == users + vlrb_users and users > 0 and vlrb_users > 0
 
 
 def test_duplicate_rollout_is_marked_and_left_out_of_the_export(root):

@@ -5,7 +5,11 @@ import duckdb
 from pipeline.cli import main
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
 from pipeline.mmrb2.sample import sample_facts, write_sample
+from conftest import serve_vlrb
 from pipeline.visualprm.sample import PARQUET_RELPATH, visualprm_sample_facts, write_visualprm_sample
+from pipeline.vlrb.sample import RELPATH as VLRB_RELPATH
+from pipeline.vlrb.sample import facts as vlrb_facts
+from pipeline.vlrb.sample import parquet_bytes as vlrb_parquet_bytes
 
 
 def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tmp_path, monkeypatch, capsys):
@@ -20,6 +24,7 @@ def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tm
     write_visualprm_sample(upstream)
     shard = (upstream / PARQUET_RELPATH).read_bytes()
     prm_sha = hub.add_dataset_commit(VISUALPRM_REPO, {"README.md": b"# VisualPRM400K\n", PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: shard})
+    vlrb_sha = serve_vlrb(hub, upstream)
 
     assert main(["run", "--source", "hf"]) == 0
     assert "published" in capsys.readouterr().out
@@ -28,9 +33,13 @@ def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tm
         sources = con.execute("select sources->'mmrb2'->'revisions' from releases").fetchone()[0]
         prm_sources = con.execute("select sources->'visualprm'->'revisions' from releases").fetchone()[0]
         samples = con.execute("select count(*) from prm_samples").fetchone()[0]
+        vlrb_sources = con.execute("select sources->'vlrb'->'revisions' from releases").fetchone()[0]
+        vlrb_pairs = con.execute("select count(*) from vlrb_pairs").fetchone()[0]
     assert pairs == sum(sample_facts().pairs_per_task.values())
     assert MMRB2_IMAGE_REPO in sources and sha in sources
     assert prm_sha in prm_sources and samples == len(visualprm_sample_facts().expected)
+    assert vlrb_sha in vlrb_sources and vlrb_pairs == len(vlrb_facts().published)
+    assert (home / "raw" / "hf" / VLRB_RELPATH).read_bytes() == vlrb_parquet_bytes()
     assert (home / "raw" / "hf" / PARQUET_RELPATH).read_bytes() == shard
     assert (home / "raw" / "hf" / MMRB2_IMAGE_REPO / "image.zip").read_bytes() == zip_bytes
 

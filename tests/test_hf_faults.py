@@ -17,6 +17,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import serve_vlrb
 from hf_server import FakeHub
 
 from pipeline.cli import main
@@ -168,6 +169,7 @@ def test_cli_run_on_damaged_bytes_fails_in_one_line_and_keeps_the_release(hub, h
     hub.add_raw_files(MMRB2_ANNOTATION_REPO, MMRB2_ANNOTATION_COMMIT,
                       {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
     hub.add_dataset_commit(VISUALPRM_REPO, {PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: (upstream / PARQUET_RELPATH).read_bytes()})
+    serve_vlrb(hub, upstream)
     monkeypatch.setenv("REWARDHOUSE_GITHUB_RAW", hub.url)
     assert main(["run", "--source", "hf"]) == 0
     current = (home / "releases" / "CURRENT").read_text().strip()

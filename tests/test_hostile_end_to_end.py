@@ -91,7 +91,7 @@ def plant_hostile_input(src: Path, home: Path) -> dict[tuple[str, str, str], str
         ("mmrb2", "parse", f"reasoning_response_only.json#{n}"): "pair is not an object",
         ("mmrb2", "parse", edit_pair["id"]): "duplicate pair id (first seen in task edit)",
         ("mmrb2", "parse", "hostile-surrogate"): "lone surrogate",
-        ("visualprm", "read", "train-90000-of-90001.parquet"): "parquet lacks column(s) messages",
+        ("visualprm", "file", "train-90000-of-90001.parquet"): "parquet lacks column(s) messages",
         ("visualprm", "parse", first_id): "duplicate sample id (first seen at row 1)",
         ("visualprm", "parse", "no-steps"): "conversation has no steps",
     }

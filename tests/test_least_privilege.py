@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import serve_vlrb
 from hf_server import FakeHub
 
 from pipeline.cli import EXAMPLE_SQL, main
@@ -53,6 +54,7 @@ def token_run(tmp_path_factory):
                           {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
         shard = PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]
         hub.add_dataset_commit(VISUALPRM_REPO, {shard: (upstream / PARQUET_RELPATH).read_bytes()})
+        serve_vlrb(hub, upstream)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "REWARDHOUSE_", "HF_", "HUGGING"))}
         env.update(
             HF_TOKEN=SECRET, HF_ENDPOINT=hub.url, HF_HOME=str(work / "hf_home"), HF_HUB_DISABLE_XET="1",

@@ -24,6 +24,8 @@ from pipeline.upstream import upstream_revisions
 
 IMAGES = "facebook/MMRB2_image"
 VISUALPRM = "mm-eval/VisualPRM400K"
+VLRB = "MMInstruction/VL-RewardBench"
+VLRB_SHARD = "data/test-00000-of-00001.parquet"
 ANNOTATIONS = "facebookresearch/MMRB2"
 SHARD = "data/train-00000-of-00001.parquet"
 
@@ -71,6 +73,7 @@ def upstream(hub, monkeypatch):
     """FakeHub with both Hub datasets on main, and the GitHub stand-in for the annotation repo."""
     hub.add_dataset_commit(IMAGES, {"image.zip": b"zip v1", "README.md": b"# images"})
     hub.add_dataset_commit(VISUALPRM, {SHARD: b"PAR1 shard v1", "README.md": b"# prm"})
+    hub.add_dataset_commit(VLRB, {VLRB_SHARD: b"PAR1 vlrb v1", "README.md": b"# vlrb"})
     github = FakeGitHub(ANNOTATIONS, "a" * 40)
     monkeypatch.setenv("REWARDHOUSE_GITHUB_API", github.url)
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
@@ -135,6 +138,7 @@ def test_upstream_revisions_reads_hub_commits_file_etags_and_the_github_head(ups
 
     assert heads[IMAGES]["files"] == {"image.zip": hashlib.sha256(b"zip v1").hexdigest()}
     assert heads[VISUALPRM]["files"] == {SHARD: hashlib.sha256(b"PAR1 shard v1").hexdigest()}
+    assert heads[VLRB]["files"] == {VLRB_SHARD: hashlib.sha256(b"PAR1 vlrb v1").hexdigest()}  # every registry dataset
     assert heads[ANNOTATIONS] == {"kind": "github", "revision": "a" * 40}
     assert github.accepts == ["application/vnd.github.sha"]
 
@@ -143,7 +147,7 @@ def test_upstream_revisions_reports_a_failure_per_upstream_and_never_raises(upst
     hub, github = upstream
     github.status = 403
     heads = upstream_revisions(hf_endpoint="http://127.0.0.1:9", timeout=2)  # nothing listens on port 9
-    assert set(heads) == {IMAGES, VISUALPRM, ANNOTATIONS}
+    assert set(heads) == {IMAGES, VISUALPRM, VLRB, ANNOTATIONS}
     assert "HTTP 403" in heads[ANNOTATIONS]["error"]
     assert IMAGES in heads[IMAGES]["error"] and "127.0.0.1:9" in heads[IMAGES]["error"]
 
@@ -226,6 +230,8 @@ def test_run_request_pins_the_new_hub_revisions(upstream, tmp_path):
     config = request.run_config["resources"]["rewardhouse"]["config"]
     assert config["hf_image_revision"] == heads[IMAGES]["revision"]
     assert config["hf_visualprm_revision"] == heads[VISUALPRM]["revision"]
+    # A dataset without a field of its own is pinned through hf_revisions.
+    assert config["hf_revisions"] == {VLRB: heads[VLRB]["revision"]}
     # The annotation commit is the benchmark's pinned commit: a moved GitHub head is reported, not followed.
     assert "hf_annotation_commit" not in config
     # Run config replaces the resource's configured values, so they travel along.

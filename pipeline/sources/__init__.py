@@ -7,10 +7,10 @@ folder may hold one dataset and not the other: a dataset with none of its files 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
+from pipeline import env
 from pipeline.settings import Layout, Settings
 from pipeline.sources.base import ChecksumCache, RawSnapshot, SourceError
 
@@ -52,7 +52,7 @@ def fetch_mmrb2(settings: Settings, layout: Layout, log: Log = lambda s: None) -
 
     # HF_ENDPOINT / HF_TOKEN as huggingface_hub reads them; the raw-file host can be redirected
     # too (a mirror, or a loopback server in tests).
-    base = os.environ.get("REWARDHOUSE_GITHUB_RAW", "https://raw.githubusercontent.com")
+    base = env.github_raw("https://raw.githubusercontent.com")
     return fetch_hf(layout.raw_source("hf"), cache, github_raw_base=base, image_revision=settings.hf_image_revision, log=log)
 
 

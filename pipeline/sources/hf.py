@@ -42,6 +42,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Callable
 
+from pipeline import env
 from pipeline.settings import (
     MMRB2_ANNOTATION_COMMIT,
     MMRB2_ANNOTATION_REPO,
@@ -149,7 +150,7 @@ def fetch_visualprm_hf(
 
 
 def _endpoint(hf_endpoint: str | None) -> str | None:
-    return (hf_endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/") or None
+    return (hf_endpoint or env.hf_endpoint() or "").rstrip("/") or None
 
 
 # --- lock file ---------------------------------------------------------------------------------

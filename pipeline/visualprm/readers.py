@@ -64,7 +64,7 @@ def load_parquet_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> lis
 
     Each shard is read on its own and cast to the input shape, so a shard whose columns drifted
     (another type for `id` or `messages`, no `media`) cannot break the others, and one DuckDB
-    cannot read is quarantined (stage `read`) whole. An image reference is its path, or
+    cannot read is refused (stage `file`) whole. An image reference is its path, or
     `sha256:<hex>` of the embedded bytes when the path is empty."""
     rejected = []
     con.execute(

@@ -4,7 +4,7 @@
 
 `sample` writes the generated miniature (pipeline/vlrb/sample.py), `local --path DIR` takes the
 shards under DIR (absent when there are none), `hf` downloads them from the Hub at a pinned
-revision (`hf_vlrb_revision`, else the one locked in sources.lock.json, else `main` locked now).
+revision (`hf_revisions[REPO]`, else the one locked in sources.lock.json, else `main` locked now).
 """
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ def fetch_vlrb(settings: Settings, layout: Layout, log=lambda s: None) -> RawSna
     from pipeline.sources.hf import HubFiles, fetch_hub_files, record_files
 
     hub = HubFiles(
-        repo=REPO, wanted=PARQUET_GLOB, knob="hf_vlrb_revision",
+        repo=REPO, wanted=PARQUET_GLOB, knob=f"hf_revisions[{REPO}]",
         select=lambda names: sorted(n for n in names if is_shard(n)), local_globs=(PARQUET_GLOB,),
         recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
         record=record_files,
     )
     raw = layout.raw_source("hf")
-    sha, names = fetch_hub_files(raw, cache, hub, revision=settings.hf_vlrb_revision, log=log)
+    sha, names = fetch_hub_files(raw, cache, hub, revision=settings.hf_revision(REPO), log=log)
     origins = {f"{ROLE}:{REPO}/{n}": f"{REPO}@{sha}/{n}" for n in names}
     snap = snapshot_vlrb(raw, "hf", cache, origins=origins, revisions={REPO: sha})
     if snap is None:

@@ -9,7 +9,7 @@ SPEC = DatasetSpec(
     title="VL-RewardBench",
     role=EVAL,
     licence="MIT",
-    upstream=(Upstream(REPO, "hf", PARQUET_GLOB, pin_setting="hf_vlrb_revision",
+    upstream=(Upstream(REPO, "hf", PARQUET_GLOB,
                        select=lambda files: sorted(f for f in files if is_shard(f))),),
     local_layout=(f"{REPO}/{PARQUET_GLOB}",),
     contracts=contracts,

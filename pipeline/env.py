@@ -1,0 +1,96 @@
+"""Every environment variable the project reads, in one module: its name, default and parsing.
+
+Settings come from the `rewardhouse` resource (launchpad, `--set`); these variables give its
+defaults, so the UI, the schedule and the CLI agree. Plain Python, no Dagster.
+"""
+
+from __future__ import annotations
+
+import os
+
+TRUE = ("1", "true", "yes", "on")
+
+
+def _get(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def _flag(name: str) -> bool:
+    return (_get(name) or "").lower() in TRUE
+
+
+# --- the data root and the run -------------------------------------------------------------------
+def home() -> str | None:
+    """REWARDHOUSE_HOME: the data root (default: data/ at the repository root)."""
+    return _get("REWARDHOUSE_HOME")
+
+
+def dagster_home() -> str | None:
+    """DAGSTER_HOME: Dagster's instance folder (default: <data root>/dagster)."""
+    return _get("DAGSTER_HOME")
+
+
+def source() -> str:
+    return _get("REWARDHOUSE_SOURCE", "sample")
+
+
+def local_path() -> str | None:
+    return _get("REWARDHOUSE_LOCAL_PATH")
+
+
+def prm_label_threshold() -> float:
+    return float(_get("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0"))
+
+
+def dedupe_max_distance(default: int) -> int:
+    return int(_get("REWARDHOUSE_DEDUPE_MAX_DISTANCE", str(default)))
+
+
+def workers() -> int:
+    return int(_get("REWARDHOUSE_WORKERS", "0"))
+
+
+def max_image_pixels(default: int) -> int:
+    return int(_get("REWARDHOUSE_MAX_IMAGE_PIXELS", str(default)))
+
+
+def allow_unusable_files() -> bool:
+    return _flag("REWARDHOUSE_ALLOW_UNUSABLE_FILES")
+
+
+# --- automation -----------------------------------------------------------------------------------
+def schedules_on() -> bool:
+    return _flag("REWARDHOUSE_SCHEDULES_ON")
+
+
+def nightly_cron(default: str) -> str:
+    return _get("REWARDHOUSE_NIGHTLY_CRON", default)
+
+
+def upstream_poll_seconds(default: int) -> int:
+    return int(_get("REWARDHOUSE_UPSTREAM_POLL_SECONDS", str(default)))
+
+
+def notify_command() -> str:
+    return _get("REWARDHOUSE_NOTIFY_COMMAND", "")
+
+
+# --- upstream hosts -------------------------------------------------------------------------------
+def hf_endpoint() -> str | None:
+    """HF_ENDPOINT, as huggingface_hub reads it (HF_TOKEN is read by huggingface_hub itself)."""
+    value = _get("HF_ENDPOINT")
+    return value.rstrip("/") if value else None
+
+
+def github_raw(default: str) -> str:
+    """REWARDHOUSE_GITHUB_RAW: the raw-file host for GitHub annotation files (a mirror, or a test server)."""
+    return _get("REWARDHOUSE_GITHUB_RAW", default)
+
+
+def github_api(default: str) -> str:
+    return _get("REWARDHOUSE_GITHUB_API", default)
+
+
+def github_token() -> str | None:
+    return _get("GITHUB_TOKEN")

@@ -1,0 +1,144 @@
+"""Three datasets through the registry, end to end with the CLI: the embedded sample publishes all
+of them; a local mirror with any subset works; a bad record is quarantined and the rest
+publishes; a whole upstream file that cannot be used blocks the release, named in the last lines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import duckdb
+import polars as pl
+import pytest
+
+from conftest import published_home
+from pipeline.cli import main
+from pipeline.mmrb2.sample import write_sample
+from pipeline.sources.base import ANNOTATION_DIR, IMAGE_DIR
+from pipeline.visualprm.sample import write_visualprm_sample
+from pipeline.vlrb import sample as vlrb_sample
+from warehouse import load
+
+WRITERS = {"mmrb2": write_sample, "visualprm": write_visualprm_sample, "vlrb": vlrb_sample.write_vlrb_sample}
+
+
+def q(home, sql):
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+@pytest.fixture(scope="module")
+def sample_home(tmp_path_factory):
+    with published_home(tmp_path_factory.mktemp("three")) as home:
+        yield home
+
+
+def test_the_sample_publishes_all_three_datasets(sample_home, capsys, monkeypatch):
+    facts = vlrb_sample.facts()
+    assert q(sample_home, "select count(*) from vlrb_pairs") == [(len(facts.published),)]
+    assert q(sample_home, "select chosen, count(*) from vlrb_pairs group by 1 order by 1") == \
+        [(c, list(facts.chosen.values()).count(c)) for c in ("A", "B")]
+    assert q(sample_home, "select count(*), count(*) filter (where status = 'corrupt') from vlrb_images") == [(98, 1)]
+    assert q(sample_home, "select count(*) from image_hashes where dataset = 'vlrb'") == [(97,)]
+    rows = q(sample_home, "select eval_dataset, train_image_key from contamination order by 1")
+    assert [r[0] for r in rows] == ["mmrb2", "vlrb"] and rows[1][1] == vlrb_sample.CONTAMINATED[0]
+    quarantined = {k for (k,) in q(sample_home, "select record_key from quarantine where dataset = 'vlrb' and stage = 'parse'")}
+    assert quarantined == set(facts.quarantined)
+    manifest = json.loads(next((sample_home / "releases").glob("*/manifest.json")).read_text())
+    removed = manifest["summary"]["export"]["removed"]
+    assert set(removed["contaminated_by"]) == {"mmrb2", "vlrb"} and removed["contaminated_by"]["vlrb"] >= 1
+    assert set(manifest["sources"]) == {"mmrb2", "visualprm", "vlrb"}
+    # The export leaves out the samples over the VL-RewardBench copy.
+    leaked = q(sample_home, f"""select count(*) from prm_samples where list_contains(image_refs, '{vlrb_sample.CONTAMINATED[0]}')
+                                and is_contaminated and not in_export""")
+    assert leaked[0][0] == removed["contaminated_by"]["vlrb"]
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(sample_home))
+    assert main(["releases"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(f"mmrb2: 29 pairs; visualprm: 236 samples; vlrb: {len(facts.published)} pairs")
+
+
+def test_consumers_load_a_table_as_a_polars_lazyframe(sample_home):
+    frame = load("vlrb_pairs", home=sample_home)
+    assert isinstance(frame, pl.LazyFrame)
+    counts = frame.group_by("chosen").len().sort("chosen").collect()
+    assert counts["len"].sum() == len(vlrb_sample.facts().published)
+    steps = load("prm_steps", home=sample_home).filter(pl.col("label") == "-").select(pl.len()).collect().item()
+    assert steps == q(sample_home, "select count(*) from prm_steps where label = '-'")[0][0]
+    with pytest.raises(KeyError, match="has no table 'nope'"):
+        load("nope", home=sample_home)
+    with pytest.raises(LookupError, match="no release 'feedbeef'"):
+        load("vlrb_pairs", release="feedbeef", home=sample_home)
+
+
+@pytest.mark.parametrize("present", [("vlrb",), ("mmrb2", "visualprm"), ("visualprm", "vlrb")], ids="+".join)
+def test_a_local_mirror_with_any_subset_publishes(present, tmp_path, home, capsys):
+    mirror = tmp_path / "mirror"
+    for name in present:
+        WRITERS[name](mirror)
+    assert main(["run", "--source", "local", "--path", str(mirror)]) == 0
+    counts = dict(q(home, """select 'mmrb2', count(*) from mmrb2_pairs union all select 'visualprm', count(*) from prm_samples
+                             union all select 'vlrb', count(*) from vlrb_pairs"""))
+    assert {k for k, n in counts.items() if n} == set(present)
+    sources = json.loads(q(home, "select sources from releases")[0][0])
+    assert {k for k, v in sources.items() if not v.get("absent")} == set(present)
+    capsys.readouterr()
+    assert main(["releases"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    for name in {"mmrb2", "visualprm", "vlrb"} - set(present):
+        assert f"{name}: absent" in line
+
+
+def test_a_bad_mmrb2_record_is_quarantined_and_the_rest_publishes(tmp_path, home):
+    """A reasoning pair carrying human_annotations as a list of three integers (the shape of the
+    other three tasks) passes the parser's own checks; the record contract refuses it."""
+    mirror = tmp_path / "mirror"
+    write_sample(mirror)
+    path = mirror / ANNOTATION_DIR / "reasoning_response_only.json"
+    doc = json.loads(path.read_text())
+    bad = doc["pairs"][0]
+    bad["human_annotations"] = [3, 4, 5]
+    path.write_text(json.dumps(doc, indent=2))
+    assert main(["run", "--source", "local", "--path", str(mirror)]) == 0
+    assert q(home, f"select count(*) from mmrb2_pairs where pair_id = '{bad['id']}'") == [(0,)]
+    assert q(home, f"select count(*) from mmrb2_response_items where pair_id = '{bad['id']}'") == [(0,)]
+    assert q(home, "select count(*) from mmrb2_pairs") == [(28,)]  # the sample's 29 pairs, less the bad one
+    ((stage, reason),) = q(home, f"select stage, reason from quarantine where record_key = '{bad['id']}'")
+    assert stage == "parse" and reason.startswith("record contract: mmrb2_pairs.human_annotations must match the JSON shape reasoning")
+    assert reason.endswith("(got '[3, 4, 5]')")
+
+
+def _mirror_with_broken(tmp_path, broken: str):
+    mirror = tmp_path / "mirror"
+    for write in WRITERS.values():
+        write(mirror)
+    if broken == "image zip":
+        (mirror / IMAGE_DIR / "image.zip").write_bytes(b"this is not a zip")
+        return mirror, "image.zip", "unreadable archive: File is not a zip file"
+    (mirror / ANNOTATION_DIR / "t2i_response_only.json").write_text('{"pairs": [')
+    return mirror, "t2i_response_only.json", "unreadable JSON"
+
+
+@pytest.mark.parametrize("broken", ["image zip", "annotation file"])
+def test_a_file_that_cannot_be_used_blocks_by_default_and_is_named_last(broken, tmp_path, home, capsys):
+    good = tmp_path / "good"
+    for write in WRITERS.values():
+        write(good)
+    assert main(["run", "--source", "local", "--path", str(good)]) == 0
+    current = (home / "releases" / "CURRENT").read_text()
+    mirror, name, reason = _mirror_with_broken(tmp_path, broken)
+    capsys.readouterr()
+
+    assert main(["run", "--source", "local", "--path", str(mirror)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"rewardhouse: unusable upstream file: mmrb2 {name}: {reason}"), err[-3:]
+    assert "blocked by upstream files that could not be used" in err[-2]
+    assert "Traceback" not in "\n".join(err)
+    assert (home / "releases" / "CURRENT").read_text() == current
+
+    assert main(["run", "--source", "local", "--path", str(mirror), "--set", "allow_unusable_files=true"]) == 0
+    out, err = capsys.readouterr()
+    assert "published" in out and err.strip().splitlines()[-1].startswith(f"rewardhouse: unusable upstream file: mmrb2 {name}")
+    ((passed, severity),) = q(home, "select passed, severity from quality_results where \"check\" = 'upstream_files'")
+    assert (passed, severity) == (False, "WARN")
+    shutil.rmtree(mirror)
