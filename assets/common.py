@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.sources.base import RawSnapshot
-from pipeline.staging import RESULT_FILE, write_text_atomic
+from pipeline.staging import RESULT_FILE, Staged, write_text_atomic
 from pipeline.stopping import stop_point
 
 
@@ -54,11 +54,12 @@ def fetch_output(context, fetcher: Callable, rewardhouse, dataset: str) -> dg.Ou
         raise dg.Failure(description=str(exc)) from None
     if snapshot is None:
         context.log.warning(f"{dataset} is absent from this source: its tables will be empty")
-    return dg.Output(snapshot.to_dict() if snapshot else None, metadata=raw_metadata(snapshot))
+    return dg.Output(snapshot, metadata=raw_metadata(snapshot))
 
 
-def snapshot_of(raw: Optional[dict]) -> Optional[RawSnapshot]:
-    return RawSnapshot.from_dict(raw) if raw else None
+def snapshot_of(raw) -> Optional[RawSnapshot]:
+    """A raw asset's value: its RawSnapshot, or None for an absent dataset."""
+    return RawSnapshot.from_dict(raw) if isinstance(raw, dict) else raw
 
 
 # --- reuse of unchanged work ---------------------------------------------------------------------
@@ -85,36 +86,35 @@ def to_metadata(plain: dict) -> dict:
     return out
 
 
-def _files_in(value) -> list[str]:
-    if isinstance(value, dict):
-        return [f for v in value.values() for f in _files_in(v)]
-    if isinstance(value, list):
-        return [f for v in value for f in _files_in(v)]
-    return [value] if isinstance(value, str) and value.startswith("/") and "." in value.rsplit("/", 1)[-1] else []
-
-
 def _output(value, metadata: dict, version: str) -> dg.Output:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)  # data_version is beta in Dagster 1.13, and used as designed
         return dg.Output(value, metadata=metadata, data_version=dg.DataVersion(version))
 
 
-def _finished(folder: Path) -> Optional[dict]:
-    """The record {value, metadata} of a finished staged folder (every file it names exists), or None."""
+def _finished(folder: Path) -> Optional[tuple[Staged, dict]]:
+    """The (hand-off, plain metadata) recorded in a finished staged folder (every file the hand-off
+    points at exists), or None."""
     record = folder / RESULT_FILE
     if not record.is_file():
         return None
-    saved = json.loads(record.read_text())
-    return saved if all(Path(f).exists() for f in _files_in(saved["value"])) else None
+    try:
+        saved = json.loads(record.read_text())
+    except ValueError:
+        return None
+    value = Staged.from_record(saved.get("value"))
+    if value is None or not all(Path(f).exists() for f in value.files()):
+        return None
+    return value, saved.get("metadata", {})
 
 
-def recorded(folder: Path) -> Optional[dict]:
-    """The value recorded in a finished staged folder, or None."""
+def recorded(folder: Path) -> Optional[Staged]:
+    """The hand-off recorded in a finished staged folder, or None."""
     saved = _finished(folder)
-    return saved["value"] if saved else None
+    return saved[0] if saved else None
 
 
-def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> tuple[dict, dict, bool]:
+def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[Staged, dict]]) -> tuple[Staged, dict, bool]:
     """The recorded (value, plain metadata) of `folder` if it is complete, else run `compute`
     (which writes the staged files under `folder` and returns them) and record it. The last item
     says whether the record was reused."""
@@ -122,15 +122,16 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[dict, dict]]
     if saved:
         log.info(f"inputs unchanged: reusing {folder}")
         os.utime(folder / RESULT_FILE)  # last use, for `rewardhouse gc`
-        return saved["value"], saved["metadata"], True
+        return saved[0], saved[1], True
     stop_point()
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(folder / RESULT_FILE, json.dumps({"value": value, "metadata": plain}, sort_keys=True, default=str))
+    record = {"value": value.to_record(), "metadata": plain}
+    write_text_atomic(folder / RESULT_FILE, json.dumps(record, sort_keys=True, default=str))
     return value, plain, False
 
 
-def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[dict, dict]]) -> dg.Output:
+def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[Staged, dict]]) -> dg.Output:
     """reuse_or_compute as an asset's Output, the folder's key as its data version."""
     value, plain, reused = reuse_or_compute(context.log, folder, compute)
     return _output(value, {**to_metadata(plain), "reused": reused}, folder.name)

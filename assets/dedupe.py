@@ -12,7 +12,7 @@ from pipeline import datasets
 from pipeline.dedupe.decisions import HASHES_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, thumb_file
 from pipeline.dedupe.engine import ENGINE_VERSION, ROUTES
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import write_staged, write_staged_stream
+from pipeline.staging import Staged, write_staged, write_staged_stream
 from pipeline.stopping import stop_point
 
 from assets.common import bars, plain_counts, preview, reuse_or_run, staging_key
@@ -26,14 +26,14 @@ IMAGE_ASSETS = tuple(dict.fromkeys(d.image_asset for d in datasets.DATASETS))
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, code_version="3",
           ins={name: dg.AssetIn(name) for name in IMAGE_ASSETS})
-def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, **images: dict) -> dg.Output[dict]:
+def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, **images: Staged) -> dg.Output[Staged]:
     """sha256, 64-bit pHash and dHash, width and height of every decodable image of every dataset
     in the registry, gathered from the steps that read them: each image is decoded once, where it
     is checked (e.g. `mmrb2_task_images` per task, straight from the zip; `visualprm_images`;
     `vlrb_pairs`). Beside the published table, the engine's signatures (region hashes, flat flag,
     64x64 thumbnail) are staged."""
-    sources = [images[name]["internal"]["image_hashes"] for name in IMAGE_ASSETS]
-    key = staging_key(None, {name: images[name]["internal"] for name in IMAGE_ASSETS}, context)
+    sources = [images[name].internal["image_hashes"] for name in IMAGE_ASSETS]
+    key = staging_key(None, {name: images[name].internal for name in IMAGE_ASSETS}, context)
     out = rewardhouse.layout().staging / "image_hashes" / key
 
     def compute():
@@ -43,21 +43,21 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
         counts = published.group_by("dataset").aggregate([("image_key", "count")]).to_pylist()
         metadata = {**plain_counts(tables), **{f"hashed_{c['dataset']}": c["image_key_count"] for c in counts},
                     "preview": preview(published, columns=["dataset", "image_key", "phash", "width", "height"])}
-        return {"tables": write_staged(out, tables), "internal": {"image_signatures": signatures}}, metadata
+        return Staged(tables=write_staged(out, tables), internal={"image_signatures": signatures}), metadata
 
     return reuse_or_run(context, out, compute)
 
 
 @dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="3")
-def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: dict) -> dg.Output[dict]:
+def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: Staged) -> dg.Output[Staged]:
     """Candidate pairs from the exact multi-index search (pHash, crop and top/bottom region hashes
     within the radius), each verified on the thumbnails (near | crop | overlay, with a score);
     clusters whose every member is verified against the canonical image (no chaining); and
     train images that are the same as, or a verified near-copy of, an image of an eval set
     (every eval set against every train set of the registry)."""
     settings = rewardhouse.settings()
-    signatures = image_hashes["internal"]["image_signatures"]
-    key = staging_key(None, {"h": image_hashes["tables"], "s": signatures, "r": settings.dedupe_max_distance,
+    signatures = image_hashes.internal["image_signatures"]
+    key = staging_key(None, {"h": image_hashes.tables, "s": signatures, "r": settings.dedupe_max_distance,
                              "engine": ENGINE_VERSION}, context)
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
@@ -95,7 +95,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
                                                 str(contamination.num_rows))]),
             "contamination_preview": preview(contamination),
         }
-        return {"tables": write_staged(out, tables), "internal": write_staged(out / "internal", internal)}, metadata
+        return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata
 
     return reuse_or_run(context, out, compute)
 

@@ -19,7 +19,8 @@ from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, own
 from pipeline.quarantine import quarantine_table
 from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_mmrb2
-from pipeline.staging import read_staged, write_staged
+from pipeline.sources.base import RawSnapshot
+from pipeline.staging import Staged, read_staged, write_staged
 
 from assets.common import (
     to_metadata, bars, fetch_output, plain_counts, preview, progress_logger, recorded, reuse_or_compute, reuse_or_run,
@@ -30,7 +31,7 @@ RAW, STAGED, IMAGES = "raw", "staged", "images"
 
 
 @dg.asset(group_name=RAW, kinds={"python", "file"}, code_version="1", owners=["team:data"], tags={"dataset": "mmrb2"})
-def mmrb2_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[dict]]:
+def mmrb2_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[RawSnapshot]]:
     """The upstream MMRB2 files (image zip + annotation JSONs) from the configured source, checksummed.
     None when a local folder holds no MMRB2 files at all."""
     return fetch_output(context, fetch_mmrb2, rewardhouse, "MMRB2")
@@ -38,8 +39,8 @@ def mmrb2_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResourc
 
 @dg.asset(group_name=STAGED, kinds={"python", "parquet"}, code_version="2")
 def mmrb2_annotations(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict]
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[RawSnapshot]
+) -> dg.Output[Staged]:
     """Pairs, response items and prompt items parsed from the annotation files; a record that
     cannot be parsed, or breaks its record contract (pipeline/mmrb2/contract.py: value sets, per
     task human_annotations shapes, ...), is quarantined with its items, and the rest goes on."""
@@ -53,10 +54,7 @@ def mmrb2_annotations(
         tables["quarantine"] = quarantine_table(parsed.rejected + checked.rejected)
         pairs = tables["mmrb2_pairs"]
         tasks = pairs.group_by("task").aggregate([("pair_id", "count")]).to_pylist() if pairs.num_rows else []
-        value = {
-            "present": snapshot is not None,
-            "tables": write_staged(out, tables),
-        }
+        value = Staged(tables=write_staged(out, tables), present=snapshot is not None)
         metadata = {
             **plain_counts(tables),
             "pairs_per_task": {t["task"]: t["pair_id_count"] for t in tasks},
@@ -71,8 +69,8 @@ MMRB2_PARTITIONS = dg.StaticPartitionsDefinition(list(PARTITION_KEYS))
 UNREFERENCED = "unreferenced"  # the part of the zip no task owns; done by mmrb2_images
 
 
-def _task_images(mmrb2_annotations: dict) -> dict[str, TaskImages]:
-    staged = read_staged({k: mmrb2_annotations["tables"][k] for k in ("mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items")})
+def _task_images(mmrb2_annotations: Staged) -> dict[str, TaskImages]:
+    staged = read_staged({k: mmrb2_annotations.tables[k] for k in ("mmrb2_pairs", "mmrb2_response_items", "mmrb2_prompt_items")})
     return images_by_task(staged["mmrb2_pairs"], staged["mmrb2_response_items"], staged["mmrb2_prompt_items"])
 
 
@@ -105,7 +103,7 @@ def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, 
     status = images.column("status").to_pylist()
     metadata = {"rows_mmrb2_images": images.num_rows, "rows_quarantine": len(rejected),
                 "hashed": hashes.num_rows, **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")}}
-    return {"tables": write_staged(out, tables)}, metadata
+    return Staged(tables=write_staged(out, tables)), metadata
 
 
 with warnings.catch_warnings():
@@ -122,7 +120,8 @@ with warnings.catch_warnings():
 
 @_partitioned
 def mmrb2_task_images(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict], mmrb2_annotations: dict
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[RawSnapshot],
+    mmrb2_annotations: Staged,
 ) -> dg.MaterializeResult:
     """The image work of MMRB2, one partition per judgement task: each image the task's pairs
     reference is read straight from the zip (sha256, size, dimensions, ok|corrupt|missing) and the
@@ -151,8 +150,9 @@ def mmrb2_task_images(
 
 @dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="2", deps=[mmrb2_task_images])
 def mmrb2_images(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[dict], mmrb2_annotations: dict
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[RawSnapshot],
+    mmrb2_annotations: Staged,
+) -> dg.Output[Staged]:
     """Every image in the zip and every response image: the task partitions of
     `mmrb2_task_images` gathered, plus the zip entries no pair references (read and hashed here,
     usually none) and faults of the archive itself. sha256, size, dimensions, ok|corrupt|missing
@@ -173,7 +173,7 @@ def mmrb2_images(
     out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(None, {"parts": {k: f.name for k, f in folders.items()}}, context)
 
     def compute():
-        staged = {key: read_staged(value["tables"]) for key, value in parts.items()}
+        staged = {key: value.read() for key, value in parts.items()}
         images = pa.concat_tables([s["mmrb2_images"] for s in staged.values()]).sort_by("image_name")
         tables = {"mmrb2_images": images, "quarantine": pa.concat_tables([s["quarantine"] for s in staged.values()])}
         internal = {"image_hashes": pa.concat_tables([s["image_hashes"] for s in staged.values()])}
@@ -183,6 +183,6 @@ def mmrb2_images(
             **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")},
             "preview": preview(images, columns=["image_name", "width", "height", "format", "status"]),
         }
-        return {"tables": write_staged(out, tables), "internal": write_staged(out / "internal", internal)}, metadata
+        return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata
 
     return reuse_or_run(context, out, compute)

@@ -3,7 +3,6 @@
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import dagster as dg
 import pyarrow as pa
@@ -13,7 +12,7 @@ from pipeline import datasets
 from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
-from pipeline.staging import CANDIDATE_FILE, read_staged, write_staged, write_text_atomic
+from pipeline.staging import CANDIDATE_FILE, Candidate, Staged, write_staged, write_text_atomic
 from pipeline.visualprm.export import render_meta
 from warehouse.duck import publish_release
 from warehouse.store import ReleaseStore, release_id_for
@@ -27,12 +26,12 @@ QUALITY_SCHEMA = pa.schema(
 )
 
 
-def collect_tables(staged: list[dict]) -> dict[str, pa.Table]:
+def collect_tables(staged: list[Staged]) -> dict[str, pa.Table]:
     """Merge staged outputs; `quarantine` rows from every stage are concatenated into one table."""
     tables: dict[str, pa.Table] = {}
     quarantine = [QUARANTINE_SCHEMA.empty_table()]
     for item in staged:
-        for name, table in read_staged(item["tables"]).items():
+        for name, table in item.read().items():
             if name == "quarantine":
                 quarantine.append(table.cast(QUARANTINE_SCHEMA))
             elif name in tables:
@@ -52,7 +51,7 @@ EXPORTS = {d.name: d.export_asset for d in datasets.DATASETS if d.export_asset}
 
 @dg.asset(group_name="quality", kinds={"parquet"}, code_version="2",
           ins={name: dg.AssetIn(name) for name in (*RAW_INPUTS.values(), *STAGED_INPUTS)})
-def release_candidate(rewardhouse: RewardhouseResource, **inputs: Optional[dict]) -> dg.Output[dict]:
+def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[Candidate]:
     """Every table of the next release, its content-derived id, sources and exports, staged
     together so the blocking checks can judge the release as a whole before anything is published."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
@@ -68,17 +67,16 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs: Optional[dict]
     # A candidate is judged afresh on every run: stale outcomes must not vouch for it.
     for old in (folder / CHECKS_DIR).glob("*.json") if (folder / CHECKS_DIR).is_dir() else []:
         old.unlink()
-    (train, export_asset), = EXPORTS.items()  # one training export today; the manifest names its dataset
-    export = inputs[export_asset]
-    candidate = {
-        "release_id": release_id,
-        "dir": str(folder),
-        "tables": write_staged(folder / "tables", tables),
-        "sources": sources,
-        "settings": settings.fingerprint(),
-        "export": {"dataset": train, **{k: export[k] for k in ("files", "images", "rows", "removed")}},
-    }
-    write_text_atomic(folder / CANDIDATE_FILE, json.dumps(candidate, indent=2, sort_keys=True))
+    (export_asset,) = EXPORTS.values()  # one training export today; it names its dataset
+    candidate = Candidate(
+        release_id=release_id,
+        dir=str(folder),
+        tables=write_staged(folder / "tables", tables),
+        sources=sources,
+        settings=settings.fingerprint(),
+        export=inputs[export_asset].to_record(),
+    )
+    write_text_atomic(folder / CANDIDATE_FILE, candidate.to_json())
     return dg.Output(
         candidate,
         metadata={"release_id": release_id, **{f"rows_{t}": dg.MetadataValue.int(v.num_rows) for t, v in tables.items()}},
@@ -87,13 +85,13 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs: Optional[dict]
 
 @dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1", pool="warehouse")
 def warehouse_release(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: dict
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate
 ) -> dg.MaterializeResult:
     """Publish the judged candidate as an immutable release (with its check results in
     `quality_results`) and point the warehouse at it. Runs only when no blocking check failed."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
     candidate = release_candidate
-    release_id = candidate["release_id"]
+    release_id = candidate.release_id
     outcomes = read_outcomes(candidate)
     missing = sorted(set(REQUIRED_CHECKS) - set(outcomes))
     if missing:
@@ -104,14 +102,14 @@ def warehouse_release(
         raise dg.Failure(description=f"release {release_id} blocked by failed checks: {', '.join(blocking)}")
 
     # The candidate's Parquet files are published as they are; only quality_results is new.
-    tables: dict = {name: Path(path) for name, path in candidate["tables"].items()}
+    tables: dict = {name: Path(path) for name, path in candidate.tables.items()}
     tables["quality_results"] = pa.Table.from_pylist(
         [{"release_id": release_id, "check": name, "passed": o["passed"], "severity": o["severity"],
           "details": json.dumps(o["details"], sort_keys=True)} for name, o in sorted(outcomes.items())],
         schema=QUALITY_SCHEMA,
     )
-    export = candidate["export"]
-    rows = export["rows"]
+    export = Staged.from_record(candidate.export)
+    rows = export.rows
     store = ReleaseStore(layout.releases)
     manifest, published, pruned = publish_release(
         store,
@@ -121,12 +119,12 @@ def warehouse_release(
         keep=settings.keep_releases,
         on_wait=context.log.warning,
         code_version=TRANSFORM_VERSION,
-        sources=candidate["sources"],
-        settings=candidate["settings"],
-        files={rel: Path(p) for rel, p in export["files"].items()},
-        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in export["images"].items()}},
+        sources=candidate.sources,
+        settings=candidate.settings,
+        files={rel: Path(p) for rel, p in export.exports.items()},
+        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in export.images.items()}},
         rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
-        summary={"export": {"rows": rows, "removed": export["removed"]}},
+        summary={"export": {"dataset": export.dataset, "rows": rows, "removed": export.removed}},
     )
     context.log.info(
         f"release {release_id} {'published' if published else 'unchanged, nothing new published'}"

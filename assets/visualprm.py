@@ -12,7 +12,8 @@ from pipeline.visualprm.contract import contracts
 from pipeline.resources import RewardhouseResource
 from pipeline.sources import fetch_visualprm
 from pipeline.sources.visualprm import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
-from pipeline.staging import read_staged, write_staged
+from pipeline.sources.base import RawSnapshot
+from pipeline.staging import Export, Staged, read_staged, write_staged
 from pipeline.dedupe.decisions import contaminated_by, hashes_table, mark_samples
 from pipeline.visualprm.export import build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
@@ -26,7 +27,7 @@ RAW, STAGED, IMAGES, DEDUPE = "raw", "staged", "images", "dedupe"
 
 
 @dg.asset(group_name=RAW, kinds={"python", "file"}, code_version="1", owners=["team:data"], tags={"dataset": "visualprm"})
-def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[dict]]:
+def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[RawSnapshot]]:
     """VisualPRM400K raw files (parquet shards, or InternVL jsonl + images), checksummed.
     None when a local folder holds neither form."""
     return fetch_output(context, fetch_visualprm, rewardhouse, "VisualPRM400K")
@@ -34,8 +35,8 @@ def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseRes
 
 @dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="2", tags={"dataset": "visualprm"})
 def visualprm_samples(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict]
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[RawSnapshot]
+) -> dg.Output[Staged]:
     """`messages` parsed into prm_samples and prm_steps (vectorised, in DuckDB), plus
     prm_label_stats; rows of unknown shape are quarantined with a reason."""
     snapshot = snapshot_of(visualprm_raw)
@@ -66,7 +67,7 @@ def visualprm_samples(
             "steps_per_sample": steps_histogram(tables["prm_samples"]),
             "preview": preview(tables["prm_steps"], columns=["sample_id", "step_index", "label", "text"]),
         }
-        return {"tables": paths, "internal": internal}, metadata
+        return Staged(tables=paths, internal=internal, present=snapshot is not None), metadata
 
     return reuse_or_run(context, out, compute)
 
@@ -81,8 +82,9 @@ def steps_histogram(samples: pa.Table) -> dict:
 
 @dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="1", tags={"dataset": "visualprm"})
 def visualprm_images(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[dict], visualprm_samples: dict
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[RawSnapshot],
+    visualprm_samples: Staged,
+) -> dg.Output[Staged]:
     """Every referenced image: embedded bytes decoded, path references resolved against the local
     image folder/zips; each image with bytes is kept once in the content-addressed image store. The
     one decode that checks an image also hashes it, for the dedupe step."""
@@ -91,7 +93,7 @@ def visualprm_images(
     out = layout.staging / "visualprm_images" / staging_key(snapshot, settings.fingerprint(), context)
 
     def compute():
-        samples = read_staged(visualprm_samples["internal"])["prm_samples"]
+        samples = read_staged(visualprm_samples.internal)["prm_samples"]
         refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
         table, rejected, hashed = inventory_prm_images(
             refs,
@@ -112,7 +114,7 @@ def visualprm_images(
             "hashed": hashes.num_rows,
             "preview": preview(table, columns=["image_key", "origin", "width", "height", "status"]),
         }
-        return {"tables": write_staged(out, tables), "internal": write_staged(out / "internal", internal)}, metadata
+        return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata
 
     return reuse_or_run(context, out, compute)
 
@@ -121,23 +123,23 @@ def visualprm_images(
 def visualprm_export(
     context: dg.AssetExecutionContext,
     rewardhouse: RewardhouseResource,
-    visualprm_samples: dict,
-    visualprm_images: dict,
-    image_dedupe: dict,
-) -> dg.Output[dict]:
+    visualprm_samples: Staged,
+    visualprm_images: Staged,
+    image_dedupe: Staged,
+) -> dg.Output[Export]:
     """prm_samples with their dedupe marks (duplicate rollout, contaminated by an eval image), and
     the InternVL training files: `visualprm_train.jsonl` + `.parquet` (+ meta at publish time).
     Duplicates and contaminated samples are left out unless a setting keeps them; samples whose
     images cannot be loaded are left out with a quarantine row."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    key = staging_key(None, {"s": visualprm_samples["internal"], "i": visualprm_images["tables"],
-                             "d": image_dedupe["tables"], "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]},
+    key = staging_key(None, {"s": visualprm_samples.internal, "i": visualprm_images.tables,
+                             "d": image_dedupe.tables, "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]},
                       context)
     out = layout.staging / "visualprm_export" / key
 
     def compute():
-        staged = read_staged({**visualprm_samples["internal"], **visualprm_samples["tables"],
-                              **visualprm_images["tables"], **image_dedupe["tables"]})
+        staged = read_staged({**visualprm_samples.internal, **visualprm_samples.tables,
+                              **visualprm_images.tables, **image_dedupe.tables})
         samples = mark_samples(staged["prm_samples"], staged["prm_steps"], staged["prm_images"],
                                staged["duplicate_clusters"], staged["contamination"])
         drop_duplicate = pc.and_(samples["is_duplicate"], pa.scalar(not settings.export_keep_duplicates))
@@ -158,13 +160,14 @@ def visualprm_export(
         excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
         in_export = pc.and_(keep, pc.invert(pc.is_in(samples["sample_id"], value_set=excluded_ids)))
         samples = samples.append_column("in_export", in_export)
-        value = {
-            "tables": write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)}),
-            "files": {f"exports/{result.jsonl.name}": str(result.jsonl), f"exports/{result.parquet.name}": str(result.parquet)},
-            "images": {rel: str(layout.image_store / src) for rel, src in result.image_files.items()},
-            "rows": result.rows,
-            "removed": removed,
-        }
+        value = Export(
+            tables=write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)}),
+            exports={f"exports/{result.jsonl.name}": str(result.jsonl), f"exports/{result.parquet.name}": str(result.parquet)},
+            images={rel: str(layout.image_store / src) for rel, src in result.image_files.items()},
+            rows=result.rows,
+            removed=removed,
+            dataset=DATASET,
+        )
         metadata = {"rows": result.rows, "images": len(result.image_files),
                     **{f"removed_{k}": v for k, v in removed.items() if k != "contaminated_by"},
                     **{f"removed_contaminated_by_{ev}": n for ev, n in removed["contaminated_by"].items()},

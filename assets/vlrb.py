@@ -7,7 +7,8 @@ import dagster as dg
 from pipeline.dedupe.decisions import hashes_table
 from pipeline.quarantine import quarantine_table
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import write_staged
+from pipeline.sources.base import RawSnapshot
+from pipeline.staging import Staged, write_staged
 from pipeline.vlrb.parse import DATASET, parse_vlrb
 from pipeline.vlrb.source import fetch_vlrb, shards
 
@@ -17,14 +18,15 @@ TAGS = {"dataset": DATASET}
 
 
 @dg.asset(group_name="raw", kinds={"python", "file"}, code_version="1", owners=["team:data"], tags=TAGS)
-def vlrb_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[dict]]:
+def vlrb_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource) -> dg.Output[Optional[RawSnapshot]]:
     """The VL-RewardBench parquet shard(s) from the configured source, checksummed. None when a
     local folder holds none."""
     return fetch_output(context, fetch_vlrb, rewardhouse, "VL-RewardBench")
 
 
 @dg.asset(group_name="staged", kinds={"python", "parquet"}, code_version="1", tags=TAGS)
-def vlrb_pairs(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, vlrb_raw: Optional[dict]) -> dg.Output[dict]:
+def vlrb_pairs(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource,
+               vlrb_raw: Optional[RawSnapshot]) -> dg.Output[Staged]:
     """Preference pairs (`vlrb_pairs`) and their images (`vlrb_images`, decoded once, content
     keyed and hashed for dedupe), streamed from the shards; records breaking the contract
     (ranking a permutation of (0, 1), two non-empty responses, one image) quarantined at parse."""
@@ -46,8 +48,8 @@ def vlrb_pairs(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResour
             "chosen_a": chosen.count("A"), "chosen_b": chosen.count("B"),
             "preview": preview(parsed.pairs, columns=["pair_id", "query_source", "model_a", "model_b", "chosen"]),
         }
-        value = {"present": snapshot is not None, "tables": write_staged(out, tables),
-                 "internal": write_staged(out / "internal", internal)}
+        value = Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal),
+                       present=snapshot is not None)
         return value, metadata
 
     return reuse_or_run(context, out, compute)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from checks.rules import CheckOutcome
 from pipeline.datasets import table_contracts
-from pipeline.staging import write_text_atomic
+from pipeline.staging import Candidate, write_text_atomic
 
 CHECKS_DIR = "checks"
 
@@ -20,12 +20,12 @@ RULE_CHECKS = ("referential_integrity", "step_label_distribution", "drift_vs_pre
 REQUIRED_CHECKS = tuple(f"gx_{t}" for t in GX_TABLES) + RULE_CHECKS
 
 
-def write_outcome(candidate: dict, outcome: CheckOutcome) -> None:
-    folder = Path(candidate["dir"]) / CHECKS_DIR
+def write_outcome(candidate: Candidate, outcome: CheckOutcome) -> None:
+    folder = Path(candidate.dir) / CHECKS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / f"{outcome.check}.json", outcome.to_json())
 
 
-def read_outcomes(candidate: dict) -> dict[str, dict]:
-    folder = Path(candidate["dir"]) / CHECKS_DIR
+def read_outcomes(candidate: Candidate) -> dict[str, dict]:
+    folder = Path(candidate.dir) / CHECKS_DIR
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}

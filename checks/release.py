@@ -11,7 +11,7 @@ from checks import rules
 from checks.outcomes import GX_TABLES, RULE_CHECKS, write_outcome
 from checks.rules import CheckOutcome
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import read_staged
+from pipeline.staging import Candidate
 from pipeline.stopping import stop_point
 from warehouse.duck import schema_for
 from warehouse.store import ReleaseStore
@@ -54,13 +54,13 @@ def _previous(store: ReleaseStore, warehouse, candidate_id: str):
     return con, prev.release_id, prev.row_counts
 
 
-def _published_verdicts(layout, candidate: dict, names) -> list[CheckOutcome] | None:
+def _published_verdicts(layout, candidate: Candidate, names) -> list[CheckOutcome] | None:
     """A candidate whose release is already published is the same content, judged before: its
     stored quality_results are its verdicts (an unchanged nightly run need not re-validate)."""
     store = ReleaseStore(layout.releases)
-    if not store.exists(candidate["release_id"]):
+    if not store.exists(candidate.release_id):
         return None
-    path = store.path(candidate["release_id"]) / "quality_results.parquet"
+    path = store.path(candidate.release_id) / "quality_results.parquet"
     if not path.is_file():
         return None
     import json
@@ -70,7 +70,7 @@ def _published_verdicts(layout, candidate: dict, names) -> list[CheckOutcome] | 
     stored = {r["check"]: r for r in pq.read_table(path).to_pylist()}
     if not set(names) <= set(stored):
         return None
-    return [CheckOutcome(n, stored[n]["passed"], stored[n]["severity"], {**json.loads(stored[n]["details"]), "reused_from_release": candidate["release_id"]})
+    return [CheckOutcome(n, stored[n]["passed"], stored[n]["severity"], {**json.loads(stored[n]["details"]), "reused_from_release": candidate.release_id})
             for n in names]
 
 
@@ -78,7 +78,7 @@ def _published_verdicts(layout, candidate: dict, names) -> list[CheckOutcome] | 
     specs=[dg.AssetCheckSpec(name, asset="release_candidate", blocking=True, description=_RULE_DESCRIPTIONS[name])
            for name in RULE_CHECKS],
 )
-def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: RewardhouseResource, release_candidate: dict):
+def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate):
     settings, layout = rewardhouse.settings(), rewardhouse.layout()
     reused = _published_verdicts(layout, release_candidate, RULE_CHECKS)
     if reused is not None:
@@ -87,9 +87,9 @@ def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: Rewardhou
             yield _result(outcome)
         return
     q = settings.quality
-    tables = read_staged(release_candidate["tables"])
+    tables = release_candidate.read()
     con = rules.connect(tables)
-    previous, previous_id, previous_counts = _previous(ReleaseStore(layout.releases), layout.warehouse, release_candidate["release_id"])
+    previous, previous_id, previous_counts = _previous(ReleaseStore(layout.releases), layout.warehouse, release_candidate.release_id)
     try:
         outcomes = [
             rules.referential_integrity(con),
@@ -112,7 +112,7 @@ def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: Rewardhou
                              description=f"great_expectations suite of {t}: schema, nullability, keys, value sets, ranges")
            for t in GX_TABLES],
 )
-def release_gx_suites(context: dg.AssetCheckExecutionContext, rewardhouse: RewardhouseResource, release_candidate: dict):
+def release_gx_suites(context: dg.AssetCheckExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate):
     settings, layout = rewardhouse.settings(), rewardhouse.layout()
     reused = _published_verdicts(layout, release_candidate, [f"gx_{t}" for t in GX_TABLES])
     if reused is not None:
@@ -122,8 +122,8 @@ def release_gx_suites(context: dg.AssetCheckExecutionContext, rewardhouse: Rewar
         return
     from checks.suites import validate_tables
 
-    tables = read_staged(release_candidate["tables"])
-    run_name = f"{release_candidate['release_id']}-{context.run.run_id[:8]}"
+    tables = release_candidate.read()
+    run_name = f"{release_candidate.release_id}-{context.run.run_id[:8]}"
     results, docs = validate_tables(tables, layout.root / "quality", run_name, settings.quality,
                                     between=stop_point)
     extra = {"data_docs": dg.MetadataValue.path(str(docs))} if docs else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +15,75 @@ import pyarrow.parquet as pq
 RESULT_FILE = "_result.json"
 # A release candidate's description, rewritten by every run that stages it.
 CANDIDATE_FILE = "candidate.json"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What an asset that stages tables hands to the assets after it: its published tables and
+    the files only later assets read, each by name. `present` is False for a dataset the source
+    does not hold (its tables are empty)."""
+
+    tables: dict[str, str] = field(default_factory=dict)  # published table -> Parquet path
+    internal: dict[str, str] = field(default_factory=dict)  # staged for later assets only
+    present: bool = True
+
+    def files(self) -> list[str]:
+        """Every file the hand-off points at (a reused record is valid only if all exist)."""
+        return [*self.tables.values(), *self.internal.values()]
+
+    def read(self) -> dict[str, pa.Table]:
+        return read_staged(self.tables)
+
+    def to_record(self) -> dict:
+        return {"kind": type(self).__name__, **asdict(self)}
+
+    @staticmethod
+    def from_record(record: dict) -> "Staged | None":
+        """The hand-off a reuse record holds, or None for a record of another shape (older code)."""
+        kinds = {cls.__name__: cls for cls in (Staged, Export)}
+        cls = kinds.get(record.get("kind")) if isinstance(record, dict) else None
+        if cls is None:
+            return None
+        fields = {k: v for k, v in record.items() if k != "kind"}
+        try:
+            return cls(**fields)
+        except TypeError:
+            return None
+
+
+@dataclass(frozen=True)
+class Export(Staged):
+    """A training export: besides its tables, the files to publish (release-relative path ->
+    staged file), the images they link (-> image store file), its row count and what it left out."""
+
+    exports: dict[str, str] = field(default_factory=dict)
+    images: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+    removed: dict = field(default_factory=dict)
+    dataset: str = ""
+
+    def files(self) -> list[str]:
+        return [*super().files(), *self.exports.values(), *self.images.values()]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The next release as staged for the gate: its id, folder, tables, sources, settings and export."""
+
+    release_id: str
+    dir: str
+    tables: dict[str, str]
+    sources: dict
+    settings: dict
+    export: dict  # Export.to_record() of the training export
+
+    def read(self) -> dict[str, pa.Table]:
+        return read_staged(self.tables)
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
 
 
 def write_staged(directory: Path, tables: dict[str, pa.Table]) -> dict[str, str]:
