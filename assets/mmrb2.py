@@ -18,7 +18,7 @@ from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import PARTITION_KEYS, TaskImages, images_by_task, owned_by_any
 from pipeline.quarantine import quarantine_table
 from pipeline.resources import RewardhouseResource
-from pipeline.sources import fetch_mmrb2
+from pipeline.mmrb2.source import fetch_mmrb2
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import Staged, read_staged, write_staged
 

@@ -10,8 +10,8 @@ from pipeline.contract import enforce
 from pipeline.quarantine import QUARANTINE_SCHEMA, quarantine_table
 from pipeline.visualprm.contract import contracts
 from pipeline.resources import RewardhouseResource
-from pipeline.sources import fetch_visualprm
-from pipeline.sources.visualprm import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
+from pipeline.visualprm.source import fetch_visualprm
+from pipeline.visualprm.source import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import Export, Staged, read_staged, write_staged
 from pipeline.dedupe.decisions import contaminated_by, hashes_table, mark_samples

@@ -19,7 +19,8 @@ from pipeline.contract import Rule, TableContract, enforce, where
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.sample import write_sample
 from pipeline.settings import QualitySettings, ZipLimits
-from pipeline.sources.base import ChecksumCache, snapshot_from_layout
+from pipeline.sources.base import ChecksumCache
+from pipeline.mmrb2.source import snapshot_from_layout
 from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_parquet_input
 from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample

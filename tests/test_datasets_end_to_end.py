@@ -14,7 +14,7 @@ import pytest
 from conftest import published_home
 from pipeline.cli import main
 from pipeline.mmrb2.sample import write_sample
-from pipeline.sources.base import ANNOTATION_DIR, IMAGE_DIR
+from pipeline.mmrb2.source import ANNOTATION_DIR, IMAGE_DIR
 from pipeline.visualprm.sample import write_visualprm_sample
 from pipeline.vlrb import sample as vlrb_sample
 from warehouse import load

@@ -4,7 +4,7 @@ import pytest
 
 from pipeline.settings import MMRB2_IMAGE_REPO
 from pipeline.sources.base import ChecksumCache, SourceError, sha256_file
-from pipeline.sources.local import fetch_local
+from pipeline.mmrb2.source import fetch_local
 from pipeline.mmrb2.sample import write_sample
 
 

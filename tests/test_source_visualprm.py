@@ -26,7 +26,7 @@ from pipeline.settings import (
 from pipeline.sources import hf as hf_source
 from pipeline.sources.base import ChecksumCache, SourceError
 from pipeline.sources.hf import fetch_hf, fetch_visualprm_hf
-from pipeline.sources.visualprm import (
+from pipeline.visualprm.source import (
     listing_digest,
     prm_image_root,
     prm_image_zips,

@@ -51,16 +51,9 @@ from pipeline.settings import (
     MMRB2_TASKS,
     VISUALPRM_REPO,
 )
-from pipeline.sources.base import (
-    ANNOTATION_DIR,
-    NEW_TASK_FILE,
-    ChecksumCache,
-    RawSnapshot,
-    SourceError,
-    sha256_file,
-    snapshot_from_layout,
-)
-from pipeline.sources.visualprm import PARQUET_GLOB, PARQUET_ROLE, is_parquet_shard, snapshot_visualprm
+from pipeline.sources.base import ChecksumCache, RawSnapshot, SourceError, sha256_file
+from pipeline.mmrb2.source import ANNOTATION_DIR, NEW_TASK_FILE, snapshot_from_layout
+from pipeline.visualprm.source import PARQUET_GLOB, PARQUET_ROLE, is_parquet_shard, snapshot_visualprm
 
 # Commits to download. None means "lock on first fetch": the first fetch resolves `main` to its
 # commit sha and records it in sources.lock.json; later fetches reuse it.

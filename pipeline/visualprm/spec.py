@@ -2,7 +2,7 @@
 
 from pipeline.settings import VISUALPRM_REPO, VISUALPRM_UPSTREAM_REPO
 from pipeline.visualprm.contract import contracts
-from pipeline.sources.visualprm import is_parquet_shard
+from pipeline.visualprm.source import is_parquet_shard
 from pipeline.spec import TRAIN, DatasetSpec, Upstream
 
 SPEC = DatasetSpec(
@@ -22,7 +22,7 @@ SPEC = DatasetSpec(
     image_table="prm_images",
     record_stages=("read", "parse"),
     image_stages=("unpack", "decode", "hash"),
-    fetch="pipeline.sources:fetch_visualprm",
+    fetch="pipeline.visualprm.source:fetch_visualprm",
     sample="pipeline.visualprm.sample:write_visualprm_sample",
     assets="assets.visualprm",
     raw_asset="visualprm_raw",
