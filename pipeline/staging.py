@@ -111,6 +111,13 @@ def read_staged(paths: dict[str, str]) -> dict[str, pa.Table]:
     return {name: pq.read_table(path) for name, path in paths.items()}
 
 
+def streaming_parquet(path) -> pq.ParquetFile:
+    """A Parquet file to read batch by batch in bounded memory. pyarrow's default pre-buffering
+    keeps what it read ahead for the whole scan: iterating a 550 MB shard of embedded images in
+    64-row batches peaked at 774 MB RSS with it, 242 MB without (1 MB read buffer)."""
+    return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+
+
 def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch_rows: int = 8192) -> str:
     """Concatenate staged Parquet files into one, batch by batch (memory: one batch, not the
     tables), written to a temporary name and renamed into place."""

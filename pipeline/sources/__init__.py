@@ -34,3 +34,21 @@ def local_path(settings: Settings) -> Path:
 def check_source(source: str) -> None:
     if source not in SOURCES:
         raise SourceError(f"unknown source {source!r}; choose one of {', '.join(SOURCES)}")
+
+
+def fetch_by_source(settings: Settings, layout: Layout, snapshot: Callable, *, write_sample: Callable[[Path], object],
+                    sample_version: tuple[str, str], hf: Callable[[ChecksumCache], object]):
+    """The sample/local part every dataset's fetch shares: the sample written under raw/sample and
+    inventoried, a local mirror inventoried in place (`snapshot(root, source, cache, revisions=...)`
+    returns None when it does not hold the dataset), else `hf(cache)`."""
+    check_source(settings.source)
+    cache = checksum_cache(layout)
+    if settings.source == "sample":
+        root = layout.raw_source("sample")
+        write_sample(root)
+        return snapshot(root, "sample", cache, revisions=dict([sample_version]))
+    if settings.source == "local":
+        path = local_path(settings)
+        return snapshot(path, "local", cache, revisions={"local": str(path.resolve())})
+    return hf(cache)
+

@@ -21,6 +21,7 @@ from pipeline.dedupe.hashing import HashedImage, hash_bytes
 from pipeline.imaging import extension
 from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
+from pipeline.staging import streaming_parquet
 from pipeline.visualprm.readers import parquet_problem
 from pipeline.zipread import is_within, read_entry, scan_zip
 
@@ -69,7 +70,7 @@ def _embedded(files: list[Path]):
     for f in files:
         if parquet_problem(f):  # the reader has already quarantined a shard it cannot read
             continue
-        pf = pq.ParquetFile(f)
+        pf = streaming_parquet(f)
         if "media" not in pf.schema_arrow.names:
             continue
         for batch in pf.iter_batches(batch_size=256, columns=["media"]):

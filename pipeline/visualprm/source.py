@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pipeline.settings import VISUALPRM_REPO, VISUALPRM_UPSTREAM_REPO
 from pipeline.settings import Layout, Settings
-from pipeline.sources import Log, check_source, checksum_cache, local_path
+from pipeline.sources import Log, fetch_by_source
 from pipeline.sources.base import ChecksumCache, RawFile, RawSnapshot, SourceError
 
 PARQUET_DIR = Path(VISUALPRM_REPO)
@@ -219,17 +219,11 @@ def prm_image_root(snap: RawSnapshot) -> Path | None:
 
 def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
     """VisualPRM400K's raw files (parquet shards, or InternVL jsonl + images)."""
-    check_source(settings.source)
-    cache = checksum_cache(layout)
-    if settings.source == "sample":
-        from pipeline.visualprm.sample import VISUALPRM_SAMPLE_VERSION, write_visualprm_sample
-
-        root = layout.raw_source("sample")
-        write_visualprm_sample(root)
-        return snapshot_visualprm(root, "sample", cache, revisions={"visualprm_sample": VISUALPRM_SAMPLE_VERSION})
-    if settings.source == "local":
-        path = local_path(settings)
-        return snapshot_visualprm(path, "local", cache, revisions={"local": str(path.resolve())})
     from pipeline.sources.hf import fetch_visualprm_hf
+    from pipeline.visualprm.sample import VISUALPRM_SAMPLE_VERSION, write_visualprm_sample
 
-    return fetch_visualprm_hf(layout.raw_source("hf"), cache, revision=settings.hf_visualprm_revision, log=log)
+    return fetch_by_source(
+        settings, layout, snapshot_visualprm, write_sample=write_visualprm_sample,
+        sample_version=("visualprm_sample", VISUALPRM_SAMPLE_VERSION),
+        hf=lambda cache: fetch_visualprm_hf(layout.raw_source("hf"), cache, revision=settings.hf_visualprm_revision, log=log),
+    )

@@ -28,6 +28,7 @@ from pipeline.contract import enforce
 from pipeline.dedupe.hashing import HashedImage, hash_bytes
 from pipeline.quarantine import Rejection
 from pipeline.settings import QualitySettings, ZipLimits
+from pipeline.staging import streaming_parquet
 from pipeline.vlrb.contract import contracts
 
 DATASET = "vlrb"
@@ -78,7 +79,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
         if problem:
             rejected.append(Rejection(DATASET, "file", name, problem))
             continue
-        pf = pq.ParquetFile(path)
+        pf = streaming_parquet(path)
         columns = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c in pf.schema_arrow.names]
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):

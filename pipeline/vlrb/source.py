@@ -56,18 +56,14 @@ def snapshot_vlrb(root: Path, source: str, cache: ChecksumCache, *, origins: dic
 
 
 def fetch_vlrb(settings: Settings, layout: Layout, log=lambda s: None) -> RawSnapshot | None:
-    from pipeline.sources import checksum_cache, local_path
+    from pipeline.sources import fetch_by_source
+    from pipeline.vlrb.sample import SAMPLE_VERSION, write_vlrb_sample
 
-    cache = checksum_cache(layout)
-    if settings.source == "sample":
-        from pipeline.vlrb.sample import SAMPLE_VERSION, write_vlrb_sample
+    return fetch_by_source(settings, layout, snapshot_vlrb, write_sample=write_vlrb_sample,
+                           sample_version=("vlrb_sample", SAMPLE_VERSION), hf=lambda cache: _fetch_hf(settings, layout, cache, log))
 
-        root = layout.raw_source("sample")
-        write_vlrb_sample(root)
-        return snapshot_vlrb(root, "sample", cache, revisions={"vlrb_sample": SAMPLE_VERSION})
-    if settings.source == "local":
-        path = local_path(settings)
-        return snapshot_vlrb(path, "local", cache, revisions={"local": str(path.resolve())})
+
+def _fetch_hf(settings: Settings, layout: Layout, cache: ChecksumCache, log) -> RawSnapshot:
     from pipeline.sources.hf import HubFiles, fetch_hub_files, record_files
 
     hub = HubFiles(
