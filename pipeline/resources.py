@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Dict, Optional
 
 import dagster as dg
+from pydantic import create_model
 
 from pipeline import env
 from pipeline.stopping import stop_point
 from pipeline.settings import DEFAULT_MAX_DISTANCE, DEFAULT_MAX_IMAGE_PIXELS, Layout, QualitySettings, Settings, ZipLimits
 
 
-class RewardhouseResource(dg.ConfigurableResource):
+class _Resource(dg.ConfigurableResource):
     """Source selection and data root. Defaults come from the environment so the UI, the
-    schedule and the CLI agree: REWARDHOUSE_SOURCE, REWARDHOUSE_LOCAL_PATH, REWARDHOUSE_HOME."""
+    schedule and the CLI agree: REWARDHOUSE_SOURCE, REWARDHOUSE_LOCAL_PATH, REWARDHOUSE_HOME.
+    The release-gate bounds are the fields of QualitySettings (see `quality_fields`)."""
 
     source: str = "sample"
     local_path: Optional[str] = None
@@ -27,16 +30,6 @@ class RewardhouseResource(dg.ConfigurableResource):
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
-    # Release-gate bounds (see QualitySettings for meaning and defaults).
-    max_steps: int = QualitySettings.max_steps
-    positive_rate_min: float = QualitySettings.positive_rate[0]
-    positive_rate_max: float = QualitySettings.positive_rate[1]
-    drift_psi: float = QualitySettings.drift_psi
-    drift_row_change: float = QualitySettings.drift_row_change
-    drift_severity: str = QualitySettings.drift_severity
-    max_cluster_size: int = QualitySettings.max_cluster_size
-    quarantine_budget: float = QualitySettings.quarantine_budget
-    budget_severity: str = QualitySettings.budget_severity
     hf_image_revision: Optional[str] = None
     hf_visualprm_revision: Optional[str] = None
     hf_revisions: Dict[str, str] = {}  # any other Hub dataset: repo -> revision (e.g. MMInstruction/VL-RewardBench)
@@ -59,21 +52,39 @@ class RewardhouseResource(dg.ConfigurableResource):
             hf_visualprm_revision=self.hf_visualprm_revision,
             hf_revisions=dict(self.hf_revisions),
             allow_unusable_files=self.allow_unusable_files,
-            quality=QualitySettings(
-                max_steps=self.max_steps,
-                positive_rate=(self.positive_rate_min, self.positive_rate_max),
-                drift_psi=self.drift_psi,
-                drift_row_change=self.drift_row_change,
-                drift_severity=self.drift_severity.upper(),
-                max_cluster_size=self.max_cluster_size,
-                quarantine_budget=self.quarantine_budget,
-                budget_severity=self.budget_severity.upper(),
-            ),
+            quality=self.quality(),
         )
+
+    def quality(self) -> QualitySettings:
+        values = {}
+        for f in dataclasses.fields(QualitySettings):
+            if isinstance(f.default, tuple):
+                values[f.name] = (getattr(self, f"{f.name}_min"), getattr(self, f"{f.name}_max"))
+            else:
+                value = getattr(self, f.name)
+                values[f.name] = value.upper() if f.name.endswith("_severity") else value
+        return QualitySettings(**values)
 
     def layout(self) -> Layout:
         stop_point()
         return Layout(Path(self.home) if self.home else None)
+
+
+def quality_fields() -> dict[str, tuple[type, object]]:
+    """Resource fields for the release-gate bounds, from QualitySettings where they are declared
+    once: each field by its name, a (low, high) pair as name_min / name_max."""
+    out: dict[str, tuple[type, object]] = {}
+    for f in dataclasses.fields(QualitySettings):
+        if isinstance(f.default, tuple):
+            low, high = f.default
+            out[f"{f.name}_min"], out[f"{f.name}_max"] = (type(low), low), (type(high), high)
+        else:
+            out[f.name] = (type(f.default), f.default)
+    return out
+
+
+RewardhouseResource = create_model("RewardhouseResource", __base__=_Resource, __module__=__name__, **quality_fields())
+RewardhouseResource.__doc__ = _Resource.__doc__
 
 
 def default_resource() -> RewardhouseResource:

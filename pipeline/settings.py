@@ -56,8 +56,10 @@ class ZipLimits:
 
 @dataclass(frozen=True)
 class QualitySettings:
-    """Bounds the release gate checks against. The label defaults follow the upstream facts
-    (about 10% negative steps, 1..16 steps per sample); see README "Quality checks"."""
+    """Bounds the release gate checks against, declared here once: each is a field of the
+    `rewardhouse` resource of the same name (a (low, high) pair as name_min / name_max), so the
+    launchpad and `--set` reach it. The label defaults follow the upstream facts (about 10%
+    negative steps, 1..16 steps per sample); see README "Quality checks"."""
 
     max_steps: int = 16
     ratings: tuple[int, int] = (1, 6)  # MMRB2 human ratings of t2i/edit/interleaved pairs

@@ -86,3 +86,21 @@ def test_quarantine_budget_and_cluster_bound(tables):
 def test_psi_is_zero_for_equal_and_grows_with_shift():
     assert rules.psi({"a": 10, "b": 10}, {"a": 10, "b": 10}) == 0
     assert rules.psi({"a": 90, "b": 10}, {"a": 50, "b": 50}) > 0.25 > rules.psi({"a": 90, "b": 10}, {"a": 88, "b": 12})
+
+
+def test_every_quality_setting_is_a_resource_field_declared_once():
+    """QualitySettings declares the gate's bounds; the resource exposes each of them (a pair as
+    _min/_max) without restating them, so a new bound reaches the launchpad and --set by itself."""
+    import dataclasses
+
+    from pipeline.resources import RewardhouseResource
+
+    names = set(RewardhouseResource.model_fields)
+    for f in dataclasses.fields(QualitySettings):
+        wanted = {f"{f.name}_min", f"{f.name}_max"} if isinstance(f.default, tuple) else {f.name}
+        assert wanted <= names, f.name
+    custom = RewardhouseResource(ratings_max=7, source_positive_rate_min=0.4, min_source_samples=5,
+                                 budget_severity="error").settings().quality
+    assert (custom.ratings, custom.source_positive_rate[0], custom.min_source_samples, custom.budget_severity) == \
+        ((1, 7), 0.4, 5, "ERROR")
+    assert RewardhouseResource().settings().quality == QualitySettings()
