@@ -93,6 +93,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
             "engine_seconds": round(seconds, 3),
             "dedupe_summary": bars(summary + [("contamination pairs", min(contamination.num_rows / n, 1.0),
                                                 str(contamination.num_rows))]),
+            **{f"contamination_{ev}": contamination["eval_dataset"].to_pylist().count(ev) for ev in datasets.eval_sets()},
             "contamination_preview": preview(contamination),
         }
         return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata

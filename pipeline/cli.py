@@ -42,6 +42,8 @@ def _failure_messages(result) -> list[str]:
             # A dg.Failure carries the user-facing description; anything else: its message line.
             while err.cause is not None and err.cls_name in ("DagsterExecutionStepExecutionError",):
                 err = err.cause
+            if err.cls_name == "DagsterAssetCheckFailedError":  # the failed checks have a line each already
+                continue
             text = err.message.strip()
             if err.cls_name in ("Failure", "PublishError"):  # written for the user: no class name in front
                 text = text.partition(": ")[2] or text

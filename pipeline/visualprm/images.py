@@ -15,7 +15,6 @@ from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline.dedupe.hashing import HashedImage, hash_bytes
 from pipeline.imaging import extension
