@@ -11,13 +11,14 @@ DAGSTER_HOME ?= $(HOME_DIR)/dagster
 
 bootstrap:
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
-	@$(UV) sync --frozen --quiet
+	@$(UV) sync --frozen --quiet --inexact
 
 run: bootstrap
 	$(UV) run --frozen rewardhouse run
 
+# The whole suite needs the `scale` extra (obstore, ray) and moto's S3 server; `make run` does not.
 test: bootstrap
-	$(UV) run --frozen pytest -q
+	$(UV) run --frozen --all-extras pytest -q
 
 test-fast: bootstrap
 	$(UV) run --frozen pytest -q -m fast

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline import env
 from pipeline.settings import Layout
 from warehouse.store import ReleaseStore
 
@@ -41,11 +42,46 @@ def tables(release: str | None = None, home: str | Path | None = None) -> list[s
 
 
 def load(table: str, release: str | None = None, home: str | Path | None = None):
-    """`table` of `release` (default: the current release) as a polars LazyFrame."""
+    """`table` of `release` (default: the current release) as a polars LazyFrame. `home` (or
+    REWARDHOUSE_HOME) may be an object-store root, `s3://bucket/prefix`: the Parquet file is then
+    scanned in place, by range, with the AWS_* settings of the environment."""
     import polars as pl
 
+    root = str(home) if home is not None else (env.home() or "")
+    if root.startswith("s3://"):
+        return _load_remote(table, release, root)
     folder = release_path(release, home)
     path = folder / f"{table}.parquet"
     if not path.is_file():
         raise KeyError(f"release {folder.name} has no table {table!r}; tables: {', '.join(tables(folder.name, home))}")
     return pl.scan_parquet(path)
+
+
+def _load_remote(table: str, release: str | None, url: str):
+    import os
+
+    import polars as pl
+
+    from warehouse.objectstore import ObjectReleaseStore, Root
+
+    root = Root.parse(url)
+    store = ObjectReleaseStore(root)
+    rid = release or store.current()
+    if rid is None:
+        raise LookupError(f"no current release under {root}; publish one first")
+    manifest = store.manifest(rid)
+    if manifest is None:
+        raise LookupError(f"no release {rid!r} under {root}; releases: {', '.join(store.releases()) or 'none'}")
+    tables = manifest.get("tables", {})
+    if tables and table not in tables:
+        raise KeyError(f"release {rid} has no table {table!r}; tables: {', '.join(sorted(tables))}")
+    options = {k: v for k, v in {
+        "aws_endpoint_url": os.environ.get("AWS_ENDPOINT_URL"),
+        "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
+        "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
+        "aws_region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+    }.items() if v}
+    if options.get("aws_endpoint_url", "").startswith("http://"):
+        options["aws_allow_http"] = "true"
+    return pl.scan_parquet(f"s3://{root.bucket}/{root.key('releases', rid, table + '.parquet')}", storage_options=options)
+

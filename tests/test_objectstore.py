@@ -1,0 +1,196 @@
+"""Atomic publish on object storage, against moto's standalone S3 server on 127.0.0.1 (a real
+HTTP server, no in-process patching): create-only manifest, CAS on CURRENT, racing publishers,
+a killed publish, and a store that ignores conditional writes refused."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from warehouse.objectstore import ObjectReleaseStore, PublishConflict, Root, UnsupportedStore
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def bucket(s3_server, monkeypatch, request):
+    name = f"b{abs(hash(request.node.name)) % 10**8}"
+    urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{name}", method="PUT"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return name
+
+
+def release_files(tmp_path: Path, tag: str) -> dict[str, Path]:
+    files = {}
+    for rel in ("things.parquet", "exports/train.jsonl"):
+        path = tmp_path / tag / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f"{tag}:{rel}".encode())
+        files[rel] = path
+    return files
+
+
+def test_publish_writes_objects_then_manifest_then_current(bucket, tmp_path):
+    store = ObjectReleaseStore(Root.parse(f"s3://{bucket}/data"))
+    assert store.current() is None and store.releases() == []
+    assert store.publish("r1", release_files(tmp_path, "r1"), {"files_sha256": "a"}) is True
+    assert store.current() == "r1" and store.releases() == ["r1"]
+    assert store.manifest("r1")["release_id"] == "r1"
+    assert store.publish("r1", release_files(tmp_path, "r1"), {"files_sha256": "a"}) is False  # already current
+    assert store.publish("r2", release_files(tmp_path, "r2"), {"files_sha256": "b"}) is True
+    assert (store.current(), store.releases()) == ("r2", ["r1", "r2"])
+    keys = sorted(store._keys("data/releases/r2"))
+    assert keys == ["data/releases/r2/exports/train.jsonl", "data/releases/r2/manifest.json", "data/releases/r2/things.parquet"]
+
+
+def test_two_publishers_racing_from_the_same_current_exactly_one_wins(bucket, tmp_path):
+    root = Root.parse(f"s3://{bucket}/race")
+    ObjectReleaseStore(root).publish("base", release_files(tmp_path, "base"), {"files_sha256": "0"})
+    barrier, results = threading.Barrier(2), {}
+
+    def publish(rid: str) -> None:
+        store = ObjectReleaseStore(root)
+        store.check_conditional_writes()
+        barrier.wait()
+        try:
+            results[rid] = store.publish(rid, release_files(tmp_path, rid), {"files_sha256": rid}, expect_current="base")
+        except PublishConflict as exc:
+            results[rid] = str(exc)
+
+    threads = [threading.Thread(target=publish, args=(rid,)) for rid in ("left", "right")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [rid for rid, r in results.items() if r is True]
+    assert len(winners) == 1, results
+    loser = next(rid for rid in results if rid not in winners)
+    assert "run again on the new current" in results[loser] and "\n" not in results[loser]
+    assert ObjectReleaseStore(root).current() == winners[0]
+
+
+def test_a_publish_killed_before_its_manifest_leaves_the_previous_release_and_is_swept(bucket, tmp_path):
+    root = Root.parse(f"s3://{bucket}/killed")
+    store = ObjectReleaseStore(root)
+    store.publish("good", release_files(tmp_path, "good"), {"files_sha256": "g"})
+    # What a publish killed after its objects and before its manifest leaves behind.
+    for rel, path in release_files(tmp_path, "half").items():
+        store._put(root.key("releases", "half", rel), path.read_bytes())
+    assert store.current() == "good" and store.releases() == ["good"]
+    assert store.sweep() == ["half"]
+    assert store._keys(root.key("releases", "half")) == [] and store.releases() == ["good"]
+
+
+def test_a_manifest_is_never_overwritten(bucket, tmp_path):
+    store = ObjectReleaseStore(Root.parse(f"s3://{bucket}/m"))
+    store.publish("r1", release_files(tmp_path, "r1"), {"files_sha256": "a"})
+    store.publish("r2", release_files(tmp_path, "r2"), {"files_sha256": "b"})
+    with pytest.raises(PublishConflict, match="already has a different manifest"):
+        store.publish("r1", release_files(tmp_path, "r1"), {"files_sha256": "other"})
+    assert store.manifest("r1")["files_sha256"] == "a" and store.current() == "r2"
+
+
+class _StrippingProxy(http.server.BaseHTTPRequestHandler):
+    """Forwards to the S3 server without the conditional headers: a store that ignores them."""
+
+    upstream = ""
+
+    def _forward(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("if-none-match", "if-match", "host")}
+        req = urllib.request.Request(self.upstream + self.path, data=body or None, headers=headers, method=self.command)
+        try:
+            with urllib.request.urlopen(req) as resp:
+                status, out, reply = resp.status, resp.read(), resp.headers
+        except urllib.error.HTTPError as exc:
+            status, out, reply = exc.code, exc.read(), exc.headers
+        self.send_response(status)
+        for k, v in reply.items():
+            if k.lower() not in ("transfer-encoding", "content-length", "connection", "server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused_once_with_one_line(bucket, monkeypatch, tmp_path, s3_server):
+    handler = type("H", (_StrippingProxy,), {"upstream": s3_server})
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.server_address[1]}")
+        store = ObjectReleaseStore(Root.parse(f"s3://{bucket}/weak"))
+        with pytest.raises(UnsupportedStore) as caught:
+            store.publish("r1", release_files(tmp_path, "r1"), {"files_sha256": "a"})
+        message = str(caught.value)
+        assert "does not honour conditional writes" in message and "MinIO" in message and "\n" not in message
+        assert store.current() is None and store.releases() == []  # nothing was published
+    finally:
+        proxy.shutdown()
+
+
+def test_root_urls():
+    root = Root.parse("s3://bucket/some/prefix/")
+    assert (root.bucket, root.prefix, root.key("releases", "CURRENT")) == ("bucket", "some/prefix", "some/prefix/releases/CURRENT")
+    with pytest.raises(Exception, match="expected s3://bucket/prefix"):
+        Root.parse("/local/path")
+
+
+def test_consumers_load_a_release_table_straight_from_the_bucket(bucket, tmp_path):
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from warehouse import load
+
+    path = tmp_path / "things.parquet"
+    pq.write_table(pa.table({"id": list(range(1000)), "label": ["+", "-"] * 500}), path, row_group_size=100)
+    store = ObjectReleaseStore(Root.parse(f"s3://{bucket}/data"))
+    store.publish("r1", {"things.parquet": path}, {"files_sha256": "x", "tables": {"things": {"rows": 1000}}})
+    frame = load("things", home=f"s3://{bucket}/data")
+    assert isinstance(frame, pl.LazyFrame)
+    assert frame.filter(pl.col("label") == "-").select(pl.len()).collect().item() == 500
+    with pytest.raises(KeyError, match="has no table 'nope'"):
+        load("nope", home=f"s3://{bucket}/data")
+    with pytest.raises(LookupError, match="no release 'r9'"):
+        load("things", release="r9", home=f"s3://{bucket}/data")

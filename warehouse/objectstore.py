@@ -1,0 +1,215 @@
+"""Releases on S3-compatible object storage, published atomically without rename.
+
+A bucket has no rename, so a release is made visible by two conditional writes:
+
+1. every object of the release is written first, under `releases/<id>/…` (immutable: the id is
+   derived from the content, so a second writer of the same id writes the same bytes);
+2. its manifest last, with a create-only put (`If-None-Match: *`): a release without a manifest
+   does not exist for readers, and a manifest is never overwritten;
+3. `CURRENT` replaced by compare-and-swap (`If-Match` on the ETag read before, or create-only when
+   there is none yet): of two publishers racing from the same current release exactly one wins,
+   the other gets `PublishConflict` naming the release that won.
+
+A publish killed at any moment leaves the previous release current and complete; its objects
+without a manifest are leftovers that `sweep` removes. A store that ignores conditional writes
+cannot give these guarantees: `check_conditional_writes` finds out once and refuses it.
+
+Configured by the standard AWS variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
+`AWS_SECRET_ACCESS_KEY`, `AWS_REGION`); credentials are passed to the client and nowhere else.
+Needs the `scale` extra (obstore).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+CURRENT = "CURRENT"
+MANIFEST = "manifest.json"
+SUPPORTED = "AWS S3, Cloudflare R2, MinIO, Ceph RGW"
+
+
+class ObjectStoreError(RuntimeError):
+    """The object store refused or failed an operation; the message says which and what to do."""
+
+
+class UnsupportedStore(ObjectStoreError):
+    """The store accepts conditional writes but does not honour them."""
+
+
+class PublishConflict(ObjectStoreError):
+    """Another publisher changed CURRENT (or wrote the manifest) first."""
+
+
+@dataclass(frozen=True)
+class Root:
+    """`s3://bucket/prefix`: where a data root lives in a bucket."""
+
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> "Root":
+        parsed = urlparse(url)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise ObjectStoreError(f"{url!r} is not an object-store root; expected s3://bucket/prefix")
+        return cls(parsed.netloc, parsed.path.strip("/"))
+
+    def key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p and p.strip("/"))
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+
+def open_store(root: Root):
+    """An obstore S3 client for `root`'s bucket, configured from the AWS environment."""
+    from obstore.store import S3Store
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    options = {"allow_http": True} if endpoint and endpoint.startswith("http://") else {}
+    config = {"conditional_put": "etag"}
+    if endpoint:
+        config["endpoint"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        config["region"] = region
+    # Keys come from the AWS_* environment, which obstore reads itself; they are never copied here.
+    return S3Store(root.bucket, config=config, client_options=options)
+
+
+class ObjectReleaseStore:
+    """The release store of a data root in a bucket (see the module docstring)."""
+
+    def __init__(self, root: Root, store=None):
+        self.root = root
+        self.store = store if store is not None else open_store(root)
+        self._checked = False
+
+    # --- primitives --------------------------------------------------------------------------------
+    def _get(self, key: str) -> tuple[bytes, str] | None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            result = obstore.get(self.store, key)
+        except (NotFoundError, FileNotFoundError):
+            return None
+        return bytes(result.bytes()), result.meta["e_tag"]
+
+    def _put(self, key: str, data: bytes, mode=None) -> str:
+        import obstore
+
+        return obstore.put(self.store, key, data, mode=mode)["e_tag"]
+
+    def _create(self, key: str, data: bytes) -> str | None:
+        """Create-only put: the new ETag, or None when the key exists."""
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            return self._put(key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            return None
+
+    def _swap(self, key: str, data: bytes, etag: str) -> str | None:
+        """Put only if the object still has `etag`: the new ETag, or None when it changed."""
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            return self._put(key, data, mode={"e_tag": etag})
+        except (AlreadyExistsError, PreconditionError):
+            return None
+
+    def _keys(self, prefix: str) -> list[str]:
+        import obstore
+
+        return [meta["path"] for batch in obstore.list(self.store, prefix=prefix) for meta in batch]
+
+    # --- the store's promise -----------------------------------------------------------------------
+    def check_conditional_writes(self) -> None:
+        """Refuse a store that ignores If-None-Match / If-Match (checked once per store object)."""
+        if self._checked:
+            return
+        probe = self.root.key(".rewardhouse", f"probe-{uuid.uuid4().hex}")
+        try:
+            first = self._create(probe, b"1")
+            second = self._create(probe, b"2")
+            stale = self._swap(probe, b"3", '"0000000000000000"') if first else None
+        finally:
+            self._delete([probe])
+        if first is None or second is not None or stale is not None:
+            raise UnsupportedStore(
+                f"object store at {self.root} does not honour conditional writes (a create-only put of an "
+                f"existing object or a put with a stale If-Match succeeded): releases cannot be published "
+                f"atomically there; use a store that supports them ({SUPPORTED})")
+        self._checked = True
+
+    # --- releases ------------------------------------------------------------------------------------
+    def current(self) -> str | None:
+        got = self._get(self.root.key("releases", CURRENT))
+        return got[0].decode().strip() or None if got else None
+
+    def manifest(self, release_id: str) -> dict | None:
+        got = self._get(self.root.key("releases", release_id, MANIFEST))
+        return json.loads(got[0]) if got else None
+
+    def releases(self) -> list[str]:
+        """Published releases (those with a manifest), by id."""
+        suffix = "/" + MANIFEST
+        return sorted(k.split("/")[-2] for k in self._keys(self.root.key("releases")) if k.endswith(suffix))
+
+    def publish(self, release_id: str, files: dict[str, Path], manifest: dict, *, expect_current: str | None = ...) -> bool:
+        """Write the release's objects, then its manifest (create-only), then move CURRENT to it by
+        compare-and-swap. `expect_current` is the release the caller built on (default: whatever is
+        current when the publish starts); if CURRENT moved meanwhile, PublishConflict. Returns False
+        when the release was already published and current (nothing to do)."""
+        self.check_conditional_writes()
+        current_key = self.root.key("releases", CURRENT)
+        before = self._get(current_key)
+        seen = before[0].decode().strip() if before else None
+        if expect_current is not ...:
+            if seen != expect_current:
+                raise PublishConflict(f"release {release_id} not published: {self.root} moved to {seen} "
+                                      f"since this run read {expect_current}; run again on the new current")
+        if seen == release_id:
+            return False
+        for rel, path in sorted(files.items()):
+            self._put(self.root.key("releases", release_id, rel), Path(path).read_bytes())
+        body = json.dumps({**manifest, "release_id": release_id}, indent=2, sort_keys=True).encode()
+        if self._create(self.root.key("releases", release_id, MANIFEST), body) is None:
+            existing = self.manifest(release_id) or {}
+            if existing.get("files_sha256") != manifest.get("files_sha256"):
+                raise PublishConflict(f"release {release_id} already has a different manifest in {self.root}")
+        swapped = (self._create(current_key, release_id.encode()) if before is None
+                   else self._swap(current_key, release_id.encode(), before[1]))
+        if swapped is None:
+            now = self.current()
+            raise PublishConflict(f"release {release_id} not made current: another publisher moved "
+                                  f"{self.root} to {now} first; run again on the new current")
+        return True
+
+    def sweep(self) -> list[str]:
+        """Remove the objects of releases that never got a manifest (killed publishes), except the
+        current one; returns their ids."""
+        keys = self._keys(self.root.key("releases"))
+        published = set(self.releases())
+        current = self.current()
+        base = len(self.root.key("releases").split("/"))
+        partial: dict[str, list[str]] = {}
+        for key in keys:
+            parts = key.split("/")
+            if len(parts) > base + 1:
+                partial.setdefault(parts[base], []).append(key)
+        swept = [rid for rid in partial if rid not in published and rid != current]
+        self._delete([k for rid in swept for k in partial[rid]])
+        return sorted(swept)
+
+    def _delete(self, keys: list[str]) -> None:
+        import obstore
+
+        if keys:
+            obstore.delete(self.store, keys)
