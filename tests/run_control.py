@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 CLI = Path(sys.executable).with_name("rewardhouse")
-# The steps of the `refresh` job, in the order one in-process run executes them.
+# The steps of the `refresh` job, in the order one in-process run executes them (the kill test
+# checks this list against the steps a real run starts, so a dataset added later is not missed).
 STEPS = (
-    "mmrb2_raw", "visualprm_raw", "mmrb2_annotations", "visualprm_samples", "visualprm_images", "mmrb2_task_images",
-    "mmrb2_images", "image_hashes", "image_dedupe", "visualprm_export", "release_candidate", "release_gx_suites",
-    "release_rules", "warehouse_release",
+    "mmrb2_raw", "visualprm_raw", "vlrb_raw", "mmrb2_annotations", "mmrb2_annotations_mmrb2_pairs_well_formed",
+    "visualprm_samples", "vlrb_pairs", "visualprm_images",
+    "mmrb2_task_images", "mmrb2_images", "image_hashes", "image_dedupe", "visualprm_export", "release_candidate",
+    "release_gx_suites", "release_rules", "warehouse_release",
 )
 
 
@@ -58,6 +60,16 @@ def events(db: Path, step: str | None = None) -> list[str]:
             con.close()
     except sqlite3.Error:
         return []
+
+
+def started_steps(db: Path) -> set[str]:
+    """The steps a run started (its STEP_START events)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("select distinct step_key from event_logs where dagster_event_type = 'STEP_START'")
+        return {r[0] for r in rows.fetchall()}
+    finally:
+        con.close()
 
 
 def wait_for_event(home: Path, before: set[Path], step: str, event: str, proc: subprocess.Popen,
