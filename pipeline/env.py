@@ -94,3 +94,12 @@ def github_api(default: str) -> str:
 
 def github_token() -> str | None:
     return _get("GITHUB_TOKEN")
+
+
+# --- object storage (the standard AWS variables) --------------------------------------------------
+def aws_endpoint_url() -> str | None:
+    return _get("AWS_ENDPOINT_URL")
+
+
+def aws_region() -> str | None:
+    return _get("AWS_REGION") or _get("AWS_DEFAULT_REGION")

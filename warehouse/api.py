@@ -58,11 +58,9 @@ def load(table: str, release: str | None = None, home: str | Path | None = None)
 
 
 def _load_remote(table: str, release: str | None, url: str):
-    import os
-
     import polars as pl
 
-    from warehouse.objectstore import ObjectReleaseStore, Root
+    from warehouse.objectstore import ObjectReleaseStore, Root, polars_options
 
     root = Root.parse(url)
     store = ObjectReleaseStore(root)
@@ -75,13 +73,5 @@ def _load_remote(table: str, release: str | None, url: str):
     tables = manifest.get("tables", {})
     if tables and table not in tables:
         raise KeyError(f"release {rid} has no table {table!r}; tables: {', '.join(sorted(tables))}")
-    options = {k: v for k, v in {
-        "aws_endpoint_url": os.environ.get("AWS_ENDPOINT_URL"),
-        "aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
-        "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY"),
-        "aws_region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
-    }.items() if v}
-    if options.get("aws_endpoint_url", "").startswith("http://"):
-        options["aws_allow_http"] = "true"
-    return pl.scan_parquet(f"s3://{root.bucket}/{root.key('releases', rid, table + '.parquet')}", storage_options=options)
+    return pl.scan_parquet(f"s3://{root.bucket}/{root.key('releases', rid, table + '.parquet')}", storage_options=polars_options())
 

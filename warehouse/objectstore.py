@@ -22,11 +22,12 @@ Needs the `scale` extra (obstore).
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
+
+from pipeline import env
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
@@ -70,16 +71,21 @@ def open_store(root: Root):
     """An obstore S3 client for `root`'s bucket, configured from the AWS environment."""
     from obstore.store import S3Store
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    endpoint = env.aws_endpoint_url()
     options = {"allow_http": True} if endpoint and endpoint.startswith("http://") else {}
-    config = {"conditional_put": "etag"}
-    if endpoint:
-        config["endpoint"] = endpoint
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        config["region"] = region
+    config = {"conditional_put": "etag", **({"endpoint": endpoint} if endpoint else {}),
+              **({"region": env.aws_region()} if env.aws_region() else {})}
     # Keys come from the AWS_* environment, which obstore reads itself; they are never copied here.
     return S3Store(root.bucket, config=config, client_options=options)
+
+
+def polars_options() -> dict:
+    """The same endpoint and region for polars' own S3 reader (keys: from the environment, read by it)."""
+    endpoint = env.aws_endpoint_url()
+    options = {"aws_endpoint_url": endpoint, "aws_region": env.aws_region()}
+    if endpoint and endpoint.startswith("http://"):
+        options["aws_allow_http"] = "true"
+    return {k: v for k, v in options.items() if v}
 
 
 class ObjectReleaseStore:
