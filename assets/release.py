@@ -130,10 +130,21 @@ def warehouse_release(
         f"release {release_id} {'published' if published else 'unchanged, nothing new published'}"
         + (f"; pruned {', '.join(pruned)}" if pruned else "")
     )
+    remote = {}
+    if layout.remote:  # the bucket is the data root: the release goes there, atomically
+        from warehouse.objectstore import ObjectStoreError
+        from warehouse.remote import publish_remote
+
+        try:
+            published = publish_remote(layout, release_id, context.log.info)
+        except ObjectStoreError as exc:
+            raise dg.Failure(description=str(exc)) from None
+        remote = {"remote": dg.MetadataValue.url(f"{layout.remote}/releases/{release_id}")}
     return dg.MaterializeResult(
         metadata={
             "release_id": release_id,
             "published": published,
+            **remote,
             "warehouse": dg.MetadataValue.path(str(layout.warehouse)),
             "release_dir": dg.MetadataValue.path(str(store.path(release_id))),
             **{f"rows_{t}": dg.MetadataValue.int(n) for t, n in manifest.row_counts.items()},

@@ -89,6 +89,10 @@ def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: Rewardhou
     q = settings.quality
     tables = release_candidate.read()
     con = rules.connect(tables)
+    if layout.remote:  # compare with what the bucket serves, whichever machine published it
+        from warehouse.remote import hydrate
+
+        hydrate(layout)
     previous, previous_id, previous_counts = _previous(ReleaseStore(layout.releases), layout.warehouse, release_candidate.release_id)
     try:
         outcomes = [

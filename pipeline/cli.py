@@ -185,7 +185,7 @@ def _run(args, state: dict) -> int:
     stop_point()  # a stop that came during the imports
     if args.source == "local" and not args.path:
         return _fail("--source local needs --path DIR (a folder mirroring the upstream layout)", 2)
-    config = {"source": args.source, "home": str(layout.root)}
+    config = {"source": args.source, "home": layout.where}
     if args.path:
         config["local_path"] = str(Path(args.path).expanduser().resolve())
     if args.prm_label_threshold is not None:
@@ -275,10 +275,15 @@ def _run(args, state: dict) -> int:
 
     status = "published" if md.get("published") else "unchanged (no new release)"
     print(f"release {md.get('release_id')}: {status}")
-    print(f"warehouse: {layout.warehouse}")
-    print("try:")
-    print(f'  rewardhouse sql "{EXAMPLE_SQL}"')
-    print(f"  duckdb -readonly {layout.warehouse} \"{EXAMPLE_SQL}\"")
+    if layout.remote:
+        print(f"data root: {layout.remote} (scratch: {layout.root})")
+        print("try, from any machine with the bucket's URL and credentials:")
+        print(f'  REWARDHOUSE_HOME={layout.remote} rewardhouse sql "{EXAMPLE_SQL}"')
+    else:
+        print(f"warehouse: {layout.warehouse}")
+        print("try:")
+        print(f'  rewardhouse sql "{EXAMPLE_SQL}"')
+        print(f"  duckdb -readonly {layout.warehouse} \"{EXAMPLE_SQL}\"")
     if unusable:  # published without them (allow_unusable_files): still the last lines
         print("rewardhouse: published WITHOUT these upstream files (allow_unusable_files):", file=sys.stderr)
         for line in unusable:
@@ -287,8 +292,16 @@ def _run(args, state: dict) -> int:
 
 
 def _connect_readonly(layout: Layout):
-    from warehouse.duck import connect_readonly
+    from warehouse.duck import connect_readonly, lock_session
 
+    if layout.remote:  # the bucket's current release, attached read-only
+        from warehouse.remote import connect_remote
+
+        try:
+            con, _ = connect_remote(layout.remote)
+        except LookupError as exc:
+            raise FileNotFoundError(str(exc)) from None
+        return lock_session(con)
     if not layout.warehouse.is_file():
         raise FileNotFoundError(f"no warehouse at {layout.warehouse}; run `rewardhouse run` first")
     return connect_readonly(layout.warehouse)
@@ -305,14 +318,18 @@ def cmd_releases(args) -> int:
     from warehouse.store import ReleaseStore
 
     layout = Layout()
-    store = ReleaseStore(layout.releases)
-    manifests = store.list()
+    if layout.remote:
+        from warehouse.remote import manifests as remote_manifests
+
+        manifests, current = remote_manifests(layout.remote)
+    else:
+        store = ReleaseStore(layout.releases)
+        manifests, current = store.list(), store.current()
     if not manifests:
-        print(f"no releases under {layout.releases}; run `rewardhouse run` first")
+        print(f"no releases under {layout.remote or layout.releases}; run `rewardhouse run` first")
         return 0
     from pipeline import datasets
 
-    current = store.current()
     for m in manifests:
         mark = "*" if m.release_id == current else " "
         per_dataset = "; ".join(_dataset_line(m, d) for d in datasets.DATASETS)
@@ -470,6 +487,12 @@ def cmd_gc(args) -> int:
         print(f"{verb} {folder.relative_to(layout.root)} ({size / 1e6:.1f} MB)")
     print(f"{verb} {len(report.removed)} folder(s) of staged work and validation results unused for {args.older_than:g} days, "
           f"{report.freed / 1e6:.1f} MB; kept {report.kept}")
+    if layout.remote and not args.dry_run:  # the bucket's leftovers: releases whose publish was killed
+        from warehouse.remote import sweep
+
+        swept = sweep(layout.remote, args.leftover_minutes * 60)
+        print(f"removed {len(swept)} leftover(s) of killed publishes from {layout.remote}"
+              + (f": {', '.join(swept)}" if swept else "") + f" (older than {args.leftover_minutes:g} min)")
     return 0
 
 
@@ -546,6 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     gc = sub.add_parser("gc", help="remove staged work and GX validation results no run has used for a while "
                                    "(releases are never touched)")
+    gc.add_argument("--leftover-minutes", type=float, default=60.0, metavar="MIN",
+                    help="object-store root: remove objects of releases that never got a manifest once this old "
+                         "(younger ones may be a publish in flight elsewhere; default 60)")
     gc.add_argument("--older-than", type=float, default=7.0, metavar="DAYS",
                     help="remove staged folders last used more than DAYS days ago (default 7; 0: all but the current candidate)")
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")

@@ -26,6 +26,19 @@ def home() -> str | None:
     return _get("REWARDHOUSE_HOME")
 
 
+def scratch() -> str | None:
+    """REWARDHOUSE_SCRATCH: the local working folder when the data root is in a bucket (downloads
+    in progress, the Dagster home, the build of a release before it is uploaded); default: under
+    the system temp folder."""
+    return _get("REWARDHOUSE_SCRATCH")
+
+
+def ray_address() -> str | None:
+    """REWARDHOUSE_RAY_ADDRESS: the Ray cluster the image work runs on ("auto", "host:port",
+    "ray://host:10001"); unset: the local process pool."""
+    return _get("REWARDHOUSE_RAY_ADDRESS")
+
+
 def dagster_home() -> str | None:
     """DAGSTER_HOME: Dagster's instance folder (default: <data root>/dagster)."""
     return _get("DAGSTER_HOME")

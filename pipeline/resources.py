@@ -67,7 +67,7 @@ class _Resource(dg.ConfigurableResource):
 
     def layout(self) -> Layout:
         stop_point()
-        return Layout(Path(self.home) if self.home else None)
+        return Layout(self.home or None)
 
 
 def quality_fields() -> dict[str, tuple[type, object]]:

@@ -23,9 +23,29 @@ MMRB2_TASKS = ("t2i", "edit", "interleaved", "reasoning")
 MMRB2_IMAGE_ZIP_NAMES = ("image.zip", "images.zip")
 
 
+def is_remote(home: str | Path | None) -> bool:
+    """An object-store data root (`s3://bucket/prefix`) rather than a folder."""
+    return str(home or "").startswith("s3://")
+
+
+def scratch_root(remote: str) -> Path:
+    """The local working folder of an object-store data root: REWARDHOUSE_SCRATCH, else a folder
+    under the system temp named after the bucket and prefix (so two roots never share one)."""
+    configured = env.scratch()
+    if configured:
+        return Path(configured).expanduser().resolve()
+    import tempfile
+
+    name = remote[len("s3://"):].strip("/").replace("/", "_")
+    return (Path(tempfile.gettempdir()) / "rewardhouse-scratch" / name).resolve()
+
+
 def data_root() -> Path:
-    """`REWARDHOUSE_HOME`, else `data/` at the repository root; always absolute."""
+    """The local data root: `REWARDHOUSE_HOME`, else `data/` at the repository root; for an
+    object-store home, its scratch folder. Always absolute."""
     configured = env.home()
+    if is_remote(configured):
+        return scratch_root(configured)
     root = Path(configured).expanduser() if configured else REPO_ROOT / "data"
     return root.resolve()
 
@@ -119,10 +139,22 @@ class Settings:
 
 
 class Layout:
-    """Every path under the data root, in one place."""
+    """Every path under the data root, in one place. With an object-store home (`s3://…`) the
+    paths are those of its local scratch folder, and `remote` is the bucket root that releases,
+    staged work and quality results are kept in."""
 
-    def __init__(self, root: Path | None = None):
-        self.root = (root or data_root()).resolve()
+    def __init__(self, root: Path | str | None = None):
+        home = root if root is not None else env.home()
+        self.remote: str | None = str(home).rstrip("/") if is_remote(home) else None
+        if self.remote:
+            self.root = scratch_root(self.remote)
+        else:
+            self.root = (Path(root).expanduser() if root is not None else data_root()).resolve()
+
+    @property
+    def where(self) -> str:
+        """The data root as users name it: the bucket root, or the folder."""
+        return self.remote or str(self.root)
 
     @property
     def raw(self) -> Path:

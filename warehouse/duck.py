@@ -48,7 +48,11 @@ def connect_readonly(db_path: Path) -> duckdb.DuckDBPyConnection:
     """A read-only session on the warehouse, with the reader conveniences above, that can touch no
     other file (no COPY … TO, ATTACH, read_csv, extension install) and cannot be talked out of it:
     DuckDB's external access is off and its configuration locked."""
-    con = duckdb.connect(str(db_path), read_only=True)
+    return lock_session(duckdb.connect(str(db_path), read_only=True))
+
+
+def lock_session(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Add the reader conveniences, then shut the session off from every other file for good."""
     for statement in _SESSION_MACROS:
         con.execute(statement)
     con.execute("set enable_external_access = false")
@@ -212,3 +216,22 @@ def _sync(con: duckdb.DuckDBPyConnection, store: ReleaseStore, manifests: list[M
             ],
         )
     con.execute(f"create or replace table main.{META_TABLE} as select ?::varchar as current_release", [current])
+
+
+def write_release_database(release_dir: Path, manifest: Manifest, out: Path) -> Path:
+    """One release as a DuckDB file of its own: its tables in `main`, the derived views of
+    warehouse/sql/ over them. Immutable like the release, so a reader anywhere can attach it
+    read-only (`rewardhouse sql` against an object-store root does)."""
+    out.unlink(missing_ok=True)
+    with duckdb.connect(str(out)) as con:
+        for table, entry in sorted(manifest.tables.items()):
+            file = release_dir / entry["file"]
+            con.execute(f"create table main.{_quote(table)} as select * from read_parquet({_sql_str(str(file))})")
+        for file in sorted(SQL_DIR.glob("*.sql")):
+            try:
+                con.execute(f"create view main.{_quote(file.stem)} as {file.read_text()}")
+            except duckdb.CatalogException:
+                continue
+        con.execute(f"create table main.{META_TABLE} as select ?::varchar as current_release", [manifest.release_id])
+        con.execute("checkpoint")
+    return out

@@ -22,7 +22,9 @@ Needs the `scale` extra (obstore).
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -32,6 +34,10 @@ from pipeline import env
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
 SUPPORTED = "AWS S3, Cloudflare R2, MinIO, Ceph RGW"
+UPLOAD_THREADS = 16
+# Objects of a release without a manifest are a killed publish's leftovers only once they are this
+# old: younger ones may belong to a publish in flight on another machine.
+LEFTOVER_GRACE_SECONDS = 3600.0
 
 
 class ObjectStoreError(RuntimeError):
@@ -131,9 +137,56 @@ class ObjectReleaseStore:
             return None
 
     def _keys(self, prefix: str) -> list[str]:
+        return [meta["path"] for meta in self._metas(prefix)]
+
+    def _metas(self, prefix: str) -> list[dict]:
         import obstore
 
-        return [meta["path"] for batch in obstore.list(self.store, prefix=prefix) for meta in batch]
+        return [meta for batch in obstore.list(self.store, prefix=prefix + "/") for meta in batch]
+
+    def upload(self, files: dict[str, Path], prefix: str) -> int:
+        """Put local files under `prefix` (relative key → file), streamed and several at a time;
+        returns the bytes written."""
+        import obstore
+
+        def put(item: tuple[str, Path]) -> int:
+            rel, path = item
+            obstore.put(self.store, self.root.key(prefix, rel), Path(path))
+            return Path(path).stat().st_size
+
+        with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+            return sum(pool.map(put, sorted(files.items())))
+
+    def mirror(self, folder: Path, prefix: str) -> int:
+        """Copy a local folder to `prefix`, skipping objects already there with the same size
+        (staged work and validation results are written once under unique names); returns the
+        number of files copied."""
+        if not folder.is_dir():
+            return 0
+        there = {m["path"]: m["size"] for m in self._metas(self.root.key(prefix))}
+        todo = {}
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.name.startswith("."):
+                rel = path.relative_to(folder).as_posix()
+                if there.get(self.root.key(prefix, rel)) != path.stat().st_size:
+                    todo[rel] = path
+        self.upload(todo, prefix)
+        return len(todo)
+
+    def download(self, key: str, target: Path) -> Path:
+        """One object to a local file, written beside and renamed into place."""
+        import obstore
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        try:
+            with open(tmp, "wb") as out:
+                for chunk in obstore.get(self.store, self.root.key(key)):
+                    out.write(chunk)
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target
 
     # --- the store's promise -----------------------------------------------------------------------
     def check_conditional_writes(self) -> None:
@@ -183,8 +236,7 @@ class ObjectReleaseStore:
                                       f"since this run read {expect_current}; run again on the new current")
         if seen == release_id:
             return False
-        for rel, path in sorted(files.items()):
-            self._put(self.root.key("releases", release_id, rel), Path(path).read_bytes())
+        self.upload(files, f"releases/{release_id}")
         body = json.dumps({**manifest, "release_id": release_id}, indent=2, sort_keys=True).encode()
         if self._create(self.root.key("releases", release_id, MANIFEST), body) is None:
             existing = self.manifest(release_id) or {}
@@ -198,24 +250,27 @@ class ObjectReleaseStore:
                                   f"{self.root} to {now} first; run again on the new current")
         return True
 
-    def sweep(self) -> list[str]:
+    def sweep(self, min_age: float = LEFTOVER_GRACE_SECONDS) -> list[str]:
         """Remove the objects of releases that never got a manifest (killed publishes), except the
-        current one; returns their ids."""
-        keys = self._keys(self.root.key("releases"))
+        current one and those written in the last `min_age` seconds (a publish in flight
+        elsewhere); returns their ids."""
+        metas = self._metas(self.root.key("releases"))
         published = set(self.releases())
         current = self.current()
         base = len(self.root.key("releases").split("/"))
-        partial: dict[str, list[str]] = {}
-        for key in keys:
-            parts = key.split("/")
+        partial: dict[str, list[dict]] = {}
+        for meta in metas:
+            parts = meta["path"].split("/")
             if len(parts) > base + 1:
-                partial.setdefault(parts[base], []).append(key)
-        swept = [rid for rid in partial if rid not in published and rid != current]
-        self._delete([k for rid in swept for k in partial[rid]])
+                partial.setdefault(parts[base], []).append(meta)
+        now = time.time()
+        swept = [rid for rid, objs in partial.items() if rid not in published and rid != current
+                 and all(now - o["last_modified"].timestamp() >= min_age for o in objs)]
+        self._delete([o["path"] for rid in swept for o in partial[rid]])
         return sorted(swept)
 
     def _delete(self, keys: list[str]) -> None:
         import obstore
 
-        if keys:
-            obstore.delete(self.store, keys)
+        for start in range(0, len(keys), 1000):
+            obstore.delete(self.store, keys[start:start + 1000])
