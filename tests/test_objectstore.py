@@ -4,40 +4,18 @@ a killed publish, and a store that ignores conditional writes refused."""
 
 from __future__ import annotations
 
-import http.server
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.s3_server import Proxy, aws_env, make_bucket, start_moto
 from warehouse.objectstore import ObjectReleaseStore, PublishConflict, Root, UnsupportedStore
-
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3_server():
-    port = free_port()
-    proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    proc, url = start_moto()
     yield url
     proc.terminate()
     proc.wait(10)
@@ -45,12 +23,9 @@ def s3_server():
 
 @pytest.fixture
 def bucket(s3_server, monkeypatch, request):
-    name = f"b{abs(hash(request.node.name)) % 10**8}"
-    urllib.request.urlopen(urllib.request.Request(f"{s3_server}/{name}", method="PUT"))
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    name = make_bucket(s3_server, f"b{abs(hash(request.node.name)) % 10**8}")
+    for key, value in aws_env(s3_server).items():
+        monkeypatch.setenv(key, value)
     return name
 
 
@@ -126,41 +101,10 @@ def test_a_manifest_is_never_overwritten(bucket, tmp_path):
     assert store.manifest("r1")["files_sha256"] == "a" and store.current() == "r2"
 
 
-class _StrippingProxy(http.server.BaseHTTPRequestHandler):
-    """Forwards to the S3 server without the conditional headers: a store that ignores them."""
-
-    upstream = ""
-
-    def _forward(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("if-none-match", "if-match", "host")}
-        req = urllib.request.Request(self.upstream + self.path, data=body or None, headers=headers, method=self.command)
-        try:
-            with urllib.request.urlopen(req) as resp:
-                status, out, reply = resp.status, resp.read(), resp.headers
-        except urllib.error.HTTPError as exc:
-            status, out, reply = exc.code, exc.read(), exc.headers
-        self.send_response(status)
-        for k, v in reply.items():
-            if k.lower() not in ("transfer-encoding", "content-length", "connection", "server", "date"):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(out)
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-    def log_message(self, *args):
-        pass
-
-
 def test_a_store_that_ignores_conditional_writes_is_refused_once_with_one_line(bucket, monkeypatch, tmp_path, s3_server):
-    handler = type("H", (_StrippingProxy,), {"upstream": s3_server})
-    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    proxy = Proxy(s3_server, strip_conditions=True)
     try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.server_address[1]}")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         store = ObjectReleaseStore(Root.parse(f"s3://{bucket}/weak"))
         with pytest.raises(UnsupportedStore) as caught:
             store.publish("r1", release_files(tmp_path, "r1"), {"files_sha256": "a"})
@@ -168,7 +112,7 @@ def test_a_store_that_ignores_conditional_writes_is_refused_once_with_one_line(b
         assert "does not honour conditional writes" in message and "MinIO" in message and "\n" not in message
         assert store.current() is None and store.releases() == []  # nothing was published
     finally:
-        proxy.shutdown()
+        proxy.close()
 
 
 def test_root_urls():

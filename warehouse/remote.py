@@ -18,7 +18,6 @@ import hashlib
 import json
 import shutil
 import uuid
-from pathlib import Path
 from typing import Callable
 
 from pipeline import env
