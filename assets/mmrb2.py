@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from pipeline.dedupe.decisions import hashes_table
 from pipeline.dedupe.hashing import default_workers
+from pipeline.dedupe.ray_executor import RayUnavailable
 from pipeline.contract import enforce
 from pipeline.mmrb2.contract import contracts
 from pipeline.mmrb2.images import DATASET, inventory_images
@@ -93,11 +94,18 @@ def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, 
     `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
     what to leave out)."""
     settings = rewardhouse.settings()
-    images, rejected, hashed = inventory_images(
-        snapshot.image_zip if snapshot else None, set(names.referenced), settings.zip_limits,
-        optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
-        scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
-    )
+    executor = settings.image_executor()
+    if executor.on_ray:
+        context.log.info(f"mmrb2 images [{part}]: hashing on {executor.describe()}")
+    try:
+        images, rejected, hashed = inventory_images(
+            snapshot.image_zip if snapshot else None, set(names.referenced), settings.zip_limits,
+            optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
+            scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
+            executor=executor if executor.on_ray else None,
+        )
+    except RayUnavailable as exc:
+        raise dg.Failure(description=str(exc)) from None
     hashes = hashes_table("mmrb2", hashed, dict(zip(images["image_name"].to_pylist(), images["bytes"].to_pylist())))
     tables = {"mmrb2_images": images, "quarantine": quarantine_table(rejected), "image_hashes": hashes}
     status = images.column("status").to_pylist()

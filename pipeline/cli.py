@@ -194,6 +194,9 @@ def _run(args, state: dict) -> int:
         config["dedupe_max_distance"] = args.max_distance
     if args.workers:
         config["workers"] = args.workers
+    config["executor"] = args.executor or ("ray" if env.ray_address() else "local")
+    if env.ray_address():
+        config["ray_address"] = env.ray_address()
     config["export_keep_duplicates"] = args.keep_duplicates
     config["export_keep_contaminated"] = args.keep_contaminated
     for item in args.set or []:
@@ -452,7 +455,18 @@ def cmd_dedupe(args) -> int:
     def progress(done: int, total: int, rate: float) -> None:
         print(f"\rhashed {done}/{total} images ({rate:.0f}/s)", end="", file=sys.stderr, flush=True)
 
-    result = dedupe_folder(root, args.max_distance, workers=args.workers or None, progress=progress)
+    from pipeline import env
+    from pipeline.dedupe.executor import Executor
+    from pipeline.dedupe.ray_executor import RayUnavailable
+
+    kind = args.executor or ("ray" if env.ray_address() else "local")
+    executor = Executor(kind, env.ray_address(), args.workers) if kind == "ray" else None
+    try:
+        result = dedupe_folder(root, args.max_distance, workers=args.workers or None, progress=progress,
+                               executor=executor)
+    except RayUnavailable as exc:
+        print(file=sys.stderr)
+        return _fail(str(exc))
     print(file=sys.stderr)
     for path, reason in result.errors:
         print(f"rewardhouse: skipped unreadable {path}: {reason}", file=sys.stderr)
@@ -539,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-distance", type=int, default=None,
                      help=f"near-duplicate radius in pHash bits (default {DEFAULT_MAX_DISTANCE})")
     run.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
+    run.add_argument("--executor", choices=("local", "ray"), default=None,
+                     help="where the image work runs: this machine's process pool, or Ray (the cluster at "
+                          "REWARDHOUSE_RAY_ADDRESS, else a local Ray instance); default: ray when that is set")
     run.add_argument("--keep-duplicates", action="store_true", help="keep duplicate rollouts in the training export")
     run.add_argument("--keep-contaminated", action="store_true",
                      help="keep samples whose image is a near-copy of an eval image in the training export")
@@ -565,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print how the engine judges two files (paths relative to DIR or absolute) and exit")
     dd.add_argument("--output", help="CSV file to write (default: standard output)")
     dd.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
+    dd.add_argument("--executor", choices=("local", "ray"), default=None,
+                    help="hash on this machine's process pool, or on Ray (REWARDHOUSE_RAY_ADDRESS, else a local "
+                         "Ray instance; DIR must be readable on every node); default: ray when that is set")
     dd.set_defaults(func=cmd_dedupe)
 
     gc = sub.add_parser("gc", help="remove staged work and GX validation results no run has used for a while "

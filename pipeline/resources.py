@@ -25,6 +25,10 @@ class _Resource(dg.ConfigurableResource):
     prm_label_threshold: float = 0.0
     dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
     workers: int = 0
+    # Image work on a Ray cluster: executor "ray" and the cluster's address (empty: a local Ray
+    # instance); default from REWARDHOUSE_RAY_ADDRESS. "local": this machine's process pool.
+    executor: str = "local"
+    ray_address: Optional[str] = None
     # Decompression-bomb guard: images with more pixels are quarantined undecoded (Pillow's default).
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     export_keep_duplicates: bool = False
@@ -45,6 +49,8 @@ class _Resource(dg.ConfigurableResource):
             prm_label_threshold=self.prm_label_threshold,
             dedupe_max_distance=self.dedupe_max_distance,
             workers=self.workers,
+            executor=self.executor,
+            ray_address=self.ray_address or None,
             export_keep_duplicates=self.export_keep_duplicates,
             export_keep_contaminated=self.export_keep_contaminated,
             hf_image_revision=self.hf_image_revision,
@@ -94,6 +100,8 @@ def default_resource() -> RewardhouseResource:
         prm_label_threshold=env.prm_label_threshold(),
         dedupe_max_distance=env.dedupe_max_distance(DEFAULT_MAX_DISTANCE),
         workers=env.workers(),
+        executor="ray" if env.ray_address() else "local",
+        ray_address=env.ray_address(),
         max_image_pixels=env.max_image_pixels(DEFAULT_MAX_IMAGE_PIXELS),
         allow_unusable_files=env.allow_unusable_files(),
     )

@@ -105,6 +105,10 @@ class Settings:
     # Near-duplicate radius in pHash bits (64-bit hashes); see README "Dedupe" for the measurements.
     dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
     workers: int = 0  # processes for hashing; 0 = every core
+    # Where the image work runs: "local" (the process pool) or "ray" (the cluster at ray_address,
+    # or a local Ray instance when None). Same results either way, so not part of the release id.
+    executor: str = "local"
+    ray_address: str | None = None
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
     quality: QualitySettings = field(default_factory=QualitySettings)
@@ -117,6 +121,11 @@ class Settings:
     # Publish even when a whole upstream file was refused (the `upstream_files` check then warns):
     # e.g. ship three MMRB2 tasks while the fourth's file is broken. Off: such a file blocks.
     allow_unusable_files: bool = False
+
+    def image_executor(self):
+        from pipeline.dedupe.executor import Executor
+
+        return Executor(self.executor, self.ray_address, self.workers)
 
     def hf_revision(self, repo: str) -> str | None:
         return self.hf_revisions.get(repo)

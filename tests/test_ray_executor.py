@@ -1,22 +1,68 @@
-"""Hashing on a local Ray cluster (two CPUs, bound to 127.0.0.1) equals the local path bit for bit."""
+"""Hashing on a local Ray cluster (two worker CPUs, bound to 127.0.0.1) equals the local path bit
+for bit, for a zip on disk, a zip read by range from moto's S3 server, and files; a worker killed
+in the middle of a task is survived (its task is retried)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from dedupe_images import photo, encode
-from pipeline.dedupe.hashing import hash_zip
+from pipeline.dedupe.executor import Executor
+from pipeline.dedupe.hashing import hash_files, hash_zip
 from pipeline.dedupe.ray_executor import RayUnavailable, connect, hash_zip_ray
 from pipeline.settings import ZipLimits
+from tests.s3_server import Proxy, aws_env, make_bucket, start_moto
 
 
 @pytest.fixture(scope="module")
-def ray_local():
+def s3():
+    """The S3 server, and the AWS settings in the environment before Ray starts its workers
+    (they inherit it: credentials reach them by the environment, never through Ray)."""
+    proc, url = start_moto()
+    proxy = Proxy(url)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in aws_env(proxy.url).items():
+            mp.setenv(key, value)
+        yield url, proxy
+    proxy.close()
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def ray_local(s3):
     ray = connect(None, num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+def make_zip(path: Path, n: int, quality: int = 85) -> list[tuple[str, str]]:
+    items = []
+    with zipfile.ZipFile(path, "w") as zf:
+        for i in range(n):
+            zf.writestr(f"images/{i}.jpg", encode(photo(i), "JPEG", quality))
+            items.append((f"{i}.jpg", f"images/{i}.jpg"))
+    return items
+
+
+def task_pids(name: str) -> list[int]:
+    """Ray worker processes running a task of `name` now (Ray titles a busy worker `ray::<name>`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/cmdline").read_bytes().startswith(f"ray::{name}".encode()):
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
 
 
 def test_ray_hashes_equal_the_local_path(ray_local, tmp_path):
@@ -50,6 +96,76 @@ def test_an_unreachable_cluster_is_one_line_naming_the_address(monkeypatch):
     import ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    with pytest.raises(RayUnavailable, match="no Ray cluster at 127.0.0.1:9") as caught:
-        connect("127.0.0.1:9")
+    with pytest.raises(RayUnavailable, match="no Ray cluster at 127.0.0.1:9: nothing accepts connections") as caught:
+        connect("127.0.0.1:9")  # at once: Ray's own retries would take minutes
     assert "\n" not in str(caught.value)
+
+
+def test_ray_hashes_a_zip_read_by_range_from_the_s3_server_as_the_local_path_does(ray_local, s3, tmp_path):
+    endpoint, proxy = s3
+    z = tmp_path / "images.zip"
+    items = make_zip(z, 48)
+    import obstore
+    from obstore.store import S3Store
+
+    bucket = make_bucket(endpoint, "ray-zips")
+    obstore.put(S3Store(bucket, config={"endpoint": endpoint, "region": "us-east-1"},
+                        client_options={"allow_http": True}), "zips/images.zip", z)
+    before = len(proxy.requests)
+    got = hash_zip_ray(f"s3://{bucket}/zips/images.zip", items, ZipLimits(), chunk=8)
+    assert got == hash_zip(z, items, ZipLimits(), workers=1)
+    gets = [path for method, path in proxy.requests[before:] if method == "GET"]
+    assert len(gets) >= 7 and all(path.startswith(f"/{bucket}/zips/images.zip") for path in gets)
+
+
+def test_ray_hashes_files_as_the_local_path_does(ray_local, tmp_path):
+    items = []
+    for i in range(20):
+        path = tmp_path / f"{i}.png"
+        path.write_bytes(encode(photo(100 + i), "PNG"))
+        items.append((path.name, path))
+    items.append(("gone.png", tmp_path / "gone.png"))
+    got = Executor("ray", chunk=4).hash_files(items)
+    assert got == hash_files(items, workers=1)
+    assert got[-1].error.startswith("unreadable file")
+
+
+def test_a_ray_worker_killed_mid_task_is_survived(ray_local, tmp_path):
+    z = tmp_path / "images.zip"
+    items = make_zip(z, 160, quality=95)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(got=hash_zip_ray(z, items, ZipLimits(), chunk=4)))
+    worker.start()
+    killed = []
+    deadline = time.monotonic() + 120
+    while not killed and worker.is_alive() and time.monotonic() < deadline:
+        for pid in task_pids("_zip_chunk"):  # a worker busy with one of our tasks
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            break
+        time.sleep(0.001)
+    worker.join(300)
+    assert killed, "no worker was seen running a task"
+    assert result["got"] == hash_zip(z, items, ZipLimits(), workers=1)
+
+
+@pytest.mark.timeout(600)
+def test_a_whole_run_on_ray_publishes_the_release_the_local_pool_does(tmp_path):
+    """`rewardhouse run --executor ray` (a local Ray instance: no REWARDHOUSE_RAY_ADDRESS) against
+    the same sample as a run on the process pool: the same release id, so the same bytes in every
+    table, and the image work's progress in the run log."""
+    import sqlite3
+
+    from tests import run_control
+
+    ids = {}
+    for kind in ("local", "ray"):
+        home = tmp_path / kind
+        code, out, err = run_control.finish(run_control.start(home, "--executor", kind), 300)
+        assert code == 0, err
+        ids[kind] = next(line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("release "))
+    assert ids["ray"] == ids["local"]
+    (db,) = run_control.run_dbs(tmp_path / "ray")
+    logged = [row[0] for row in sqlite3.connect(db).execute("select event from event_logs where step_key = 'mmrb2_task_images'")]
+    assert any("hashing on a local Ray instance" in e for e in logged)
+    assert any("read and hashed" in e for e in logged)

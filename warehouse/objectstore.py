@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pipeline import env
+from pipeline.sources.objects import client_config
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
@@ -77,12 +78,10 @@ def open_store(root: Root):
     """An obstore S3 client for `root`'s bucket, configured from the AWS environment."""
     from obstore.store import S3Store
 
-    endpoint = env.aws_endpoint_url()
-    options = {"allow_http": True} if endpoint and endpoint.startswith("http://") else {}
-    config = {"conditional_put": "etag", **({"endpoint": endpoint} if endpoint else {}),
-              **({"region": env.aws_region()} if env.aws_region() else {})}
+    client = client_config()
     # Keys come from the AWS_* environment, which obstore reads itself; they are never copied here.
-    return S3Store(root.bucket, config=config, client_options=options)
+    return S3Store(root.bucket, config={"conditional_put": "etag", **client["config"]},
+                   client_options=client["client_options"])
 
 
 def polars_options() -> dict:

@@ -20,8 +20,8 @@ import shutil
 import uuid
 from typing import Callable
 
-from pipeline import env
 from pipeline.checksums import sha256_file
+from pipeline.sources.objects import filesystem
 from pipeline.settings import Layout
 from warehouse.objectstore import ObjectReleaseStore, ObjectStoreError, Root
 from warehouse.store import MANIFEST, Manifest, ReleaseStore
@@ -158,14 +158,13 @@ class _BucketFS:
     def make(cls):
         if cls.cls is None:
             import fsspec
-            from obstore.fsspec import FsspecStore
 
             class BucketFS(fsspec.AbstractFileSystem):
                 protocol = FS_PROTOCOL
 
                 def __init__(self, **kwargs):
                     super().__init__(**kwargs)
-                    self.inner = FsspecStore("s3", **_obstore_options())
+                    self.inner = filesystem()
 
                 def _open(self, path, mode="rb", **kwargs):
                     if mode != "rb":
@@ -183,13 +182,6 @@ class _BucketFS:
 
             cls.cls = BucketFS
         return cls.cls(skip_instance_cache=True)
-
-
-def _obstore_options() -> dict:
-    endpoint = env.aws_endpoint_url()
-    config = {**({"endpoint": endpoint} if endpoint else {}), **({"region": env.aws_region()} if env.aws_region() else {})}
-    options = {"allow_http": True} if endpoint and endpoint.startswith("http://") else {}
-    return {"config": config, "client_options": options}
 
 
 def connect_remote(remote: str, release: str | None = None):

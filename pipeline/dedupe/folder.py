@@ -65,9 +65,14 @@ def image_files(root: Path) -> list[Path]:
 
 
 def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers: int | None = None,
-                  progress: Callable[[int, int, float], None] | None = None) -> FolderDedupe:
+                  progress: Callable[[int, int, float], None] | None = None, executor=None) -> FolderDedupe:
+    """`executor` (pipeline/dedupe/executor.py): where to hash, e.g. on Ray; default the local pool."""
     files = image_files(root)
-    results = hash_files([(p.relative_to(root).as_posix(), p) for p in files], workers=workers, progress=progress)
+    items = [(p.relative_to(root).as_posix(), p) for p in files]
+    if executor is not None:
+        results = executor.hash_files(items, progress=progress)
+    else:
+        results = hash_files(items, workers=workers, progress=progress)
     out = FolderDedupe(errors=[(r.key, r.error) for r in results if r.error])
     ok = [r for r in results if not r.error]
     if not ok:

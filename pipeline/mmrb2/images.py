@@ -47,6 +47,7 @@ def inventory_images(
     progress: Callable[[int, int, float], None] | None = None,
     scope: str = "all",
     workers: int = 1,
+    executor=None,
 ) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
     """One row per archive entry and per `referenced` name (missing ones included; `optional`
     names get a row only when the archive has them), the rejections, and the hashes of the
@@ -86,8 +87,13 @@ def inventory_images(
     if scope != "all":
         infos = [i for i in infos if (_entry_key(i.filename) in wanted) == (scope == "referenced")]
     names = [wanted.get(_entry_key(i.filename), _entry_key(i.filename)) for i in infos]
-    results = hash_zip(zip_path, [(n, i.filename) for n, i in zip(names, infos)], limits,
-                       workers=workers, progress=progress) if infos else []
+    work = [(n, i.filename) for n, i in zip(names, infos)]
+    if not infos:
+        results = []
+    elif executor is not None:  # the process pool or a Ray cluster (pipeline/dedupe/executor.py)
+        results = executor.hash_zip(zip_path, work, limits, progress=progress)
+    else:
+        results = hash_zip(zip_path, work, limits, workers=workers, progress=progress)
     hashed = []
     for info, r in zip(infos, results):  # hash_zip answers in item order
         row = {
