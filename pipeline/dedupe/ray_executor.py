@@ -79,7 +79,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None):
             local = {"_node_ip_address": "127.0.0.1"} if endpoint and endpoint[0] in ("127.0.0.1", "localhost") else {}
             ray.init(address=address, log_to_driver=False, **local)
         else:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+            # "local": always a new instance of its own, never a cluster that `ray start` left behind.
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     log_to_driver=False)
     except Exception as exc:  # ray raises ConnectionError, RuntimeError, ... for an unreachable head
         raise RayUnavailable(f"no Ray cluster at {address or 'a local instance'}: {_one_line(exc)}") from None
     finally:
