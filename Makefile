@@ -4,8 +4,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 UV := $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 export UV_PYTHON_DOWNLOADS := never
-HOME_DIR := $(if $(REWARDHOUSE_HOME),$(REWARDHOUSE_HOME),$(CURDIR)/data)
-DAGSTER_HOME ?= $(HOME_DIR)/dagster
+# A data root in a bucket (REWARDHOUSE_HOME=s3://...) needs the `scale` extra; a folder does not.
+SCALE := $(if $(filter s3://%,$(REWARDHOUSE_HOME)),--extra scale,)
 
 .PHONY: bootstrap run test test-fast dev bench validate clean
 
@@ -14,7 +14,7 @@ bootstrap:
 	@$(UV) sync --frozen --quiet --inexact
 
 run: bootstrap
-	$(UV) run --frozen rewardhouse run
+	$(UV) run --frozen $(SCALE) rewardhouse run
 
 # The whole suite needs the `scale` extra (obstore, ray) and moto's S3 server; `make run` does not.
 test: bootstrap
@@ -23,10 +23,12 @@ test: bootstrap
 test-fast: bootstrap
 	$(UV) run --frozen pytest -q -m fast
 
+# The Dagster home: DAGSTER_HOME, else <data root>/dagster (for a bucket root, in its local scratch folder).
 dev: bootstrap
-	@mkdir -p "$(DAGSTER_HOME)"
-	@cmp -s dagster.yaml "$(DAGSTER_HOME)/dagster.yaml" || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
-	DAGSTER_HOME="$(DAGSTER_HOME)" $(UV) run --frozen dagster dev -h "$${REWARDHOUSE_UI_HOST:-127.0.0.1}" -p "$${REWARDHOUSE_UI_PORT:-3000}"
+	@home="$${DAGSTER_HOME:-$$($(UV) run --frozen $(SCALE) python -c 'from pipeline.settings import Layout; print(Layout().dagster_home)')}"; \
+	mkdir -p "$$home"; cmp -s dagster.yaml "$$home/dagster.yaml" || cp dagster.yaml "$$home/dagster.yaml"; \
+	echo "DAGSTER_HOME=$$home"; \
+	DAGSTER_HOME="$$home" exec $(UV) run --frozen $(SCALE) dagster dev -h "$${REWARDHOUSE_UI_HOST:-127.0.0.1}" -p "$${REWARDHOUSE_UI_PORT:-3000}"
 
 bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_mmrb2_images.py
@@ -34,6 +36,7 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_hashing.py
 	$(UV) run --frozen python tests/benchmarks/bench_search.py
 	$(UV) run --frozen python tests/benchmarks/bench_dedupe_quality.py
+	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 
 validate: bootstrap
 	$(UV) run --frozen dagster definitions validate

@@ -44,7 +44,8 @@ def test_a_lost_cluster_fails_the_work_with_one_line_naming_the_address(tmp_path
         for i in range(n):
             zf.writestr(f"i/{i}.jpg", encode(photo(i), "JPEG", 95))
     port = free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+    # A cluster on loopback only (Ray otherwise swaps 127.0.0.1 for the machine's outward address).
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_AUTH_TOKEN": secrets.token_hex(16), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     head = subprocess.Popen([str(RAY), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
                              "--node-ip-address=127.0.0.1", "--include-dashboard=false"],

@@ -43,6 +43,10 @@ def ray_local(s3):
     ray.shutdown()
 
 
+def test_the_local_ray_instance_has_two_worker_cpus_on_loopback(ray_local):
+    assert [(n["NodeManagerAddress"], n["Resources"]["CPU"]) for n in ray_local.nodes()] == [("127.0.0.1", 2.0)]
+
+
 def make_zip(path: Path, n: int, quality: int = 85) -> list[tuple[str, str]]:
     items = []
     with zipfile.ZipFile(path, "w") as zf:

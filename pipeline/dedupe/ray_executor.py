@@ -10,8 +10,10 @@ be reached, or is lost, is one line naming its address.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import sys
 import threading
 import time
 import zipfile
@@ -61,6 +63,11 @@ def reachable(endpoint: tuple[str, int], timeout: float = PROBE_SECONDS) -> bool
 def connect(address: str | None = None, *, num_cpus: int | None = None):
     """Join the cluster at `address` ("auto", "ray://host:port", "host:port"), or start a local
     one bound to 127.0.0.1 when None; returns the ray module."""
+    if address is None and "ray" not in sys.modules:
+        # Ray swaps 127.0.0.1 for the machine's outward address unless told that this is not a
+        # cluster (the switch is named after the platforms where that is the default); a local
+        # instance then listens on loopback only.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():

@@ -7,9 +7,14 @@ into settings, logs or files.
 
 from __future__ import annotations
 
+import io
+from collections import OrderedDict
 from typing import BinaryIO
 
 from pipeline import env
+
+BLOCK_BYTES = 4 * 1024 * 1024
+CACHED_BLOCKS = 4
 
 
 def is_object_url(path) -> bool:
@@ -31,10 +36,69 @@ def filesystem():
     return FsspecStore("s3", **client_config())
 
 
-def open_object(url: str, block_size: int = 4 * 1024 * 1024) -> BinaryIO:
-    """A seekable, read-only file over `s3://bucket/key`: each read fetches the range it needs
-    (read ahead by `block_size`), so a zip's central directory or one entry costs only its bytes."""
-    return filesystem().open(url[len("s3://"):], "rb", block_size=block_size)
+class RangeFile(io.RawIOBase):
+    """A seekable, read-only file over one object, read by HTTP range in aligned blocks of
+    `block` bytes, the last few kept: a zip's central directory, or a run of neighbouring
+    entries, costs a request per block, however many small reads and seeks `zipfile` makes."""
+
+    def __init__(self, store, key: str, block: int = BLOCK_BYTES):
+        import obstore
+
+        self._obstore, self.store, self.key, self.block = obstore, store, key, block
+        self.size = obstore.head(store, key)["size"]
+        self.pos = 0
+        self.blocks: OrderedDict[int, bytes] = OrderedDict()
+        self.requests = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def _block(self, index: int) -> bytes:
+        if index in self.blocks:
+            self.blocks.move_to_end(index)
+            return self.blocks[index]
+        start = index * self.block
+        data = bytes(self._obstore.get_range(self.store, self.key, start=start,
+                                             length=min(self.block, self.size - start)))
+        self.requests += 1
+        self.blocks[index] = data
+        if len(self.blocks) > CACHED_BLOCKS:
+            self.blocks.popitem(last=False)
+        return data
+
+    def readinto(self, buffer) -> int:
+        want = min(len(buffer), self.size - self.pos)
+        if want <= 0:
+            return 0
+        view, done = memoryview(buffer), 0
+        while done < want:
+            index, offset = divmod(self.pos, self.block)
+            chunk = self._block(index)[offset:offset + want - done]
+            view[done:done + len(chunk)] = chunk
+            done += len(chunk)
+            self.pos += len(chunk)
+        return done
+
+
+def open_object(url: str, block: int = BLOCK_BYTES) -> BinaryIO:
+    """A seekable, read-only file over `s3://bucket/key` (see RangeFile)."""
+    from obstore.store import S3Store
+
+    bucket, _, key = url[len("s3://"):].partition("/")
+    client = client_config()
+    store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
+    return io.BufferedReader(RangeFile(store, key, block), buffer_size=64 * 1024)  # type: ignore[return-value]
 
 
 def open_local_or_object(path) -> BinaryIO:
