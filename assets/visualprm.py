@@ -17,6 +17,7 @@ from pipeline.staging import Export, Staged, read_staged, write_staged
 from pipeline.dedupe.decisions import contaminated_by, hashes_table, mark_samples
 from pipeline.visualprm.export import build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
+from pipeline.dedupe.ray_executor import RayUnavailable
 from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
 from pipeline.visualprm.stats import label_stats
@@ -95,15 +96,22 @@ def visualprm_images(
     def compute():
         samples = read_staged(visualprm_samples.internal)["prm_samples"]
         refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
-        table, rejected, hashed = inventory_prm_images(
-            refs,
-            prm_parquet_files(snapshot) if snapshot else [],
-            prm_image_root(snapshot) if snapshot else None,
-            prm_image_zips(snapshot) if snapshot else [],
-            settings.zip_limits,
-            ImageStore(layout.image_store),
-            progress=progress_logger(context, "visualprm images: read and hashed"),
-        )
+        executor = settings.image_executor()
+        if executor.on_ray:
+            context.log.info(f"visualprm images: reading and hashing on {executor.describe()}")
+        try:
+            table, rejected, hashed = inventory_prm_images(
+                refs,
+                prm_parquet_files(snapshot) if snapshot else [],
+                prm_image_root(snapshot) if snapshot else None,
+                prm_image_zips(snapshot) if snapshot else [],
+                settings.zip_limits,
+                ImageStore(layout.image_store),
+                progress=progress_logger(context, "visualprm images: read and hashed"),
+                executor=executor if executor.on_ray else None,
+            )
+        except RayUnavailable as exc:
+            raise dg.Failure(description=str(exc)) from None
         tables = {"prm_images": table, "quarantine": quarantine_table(rejected)}
         hashes = hashes_table(DATASET, hashed, dict(zip(table["image_key"].to_pylist(), table["bytes"].to_pylist())))
         internal = {"image_hashes": hashes}

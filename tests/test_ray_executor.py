@@ -153,6 +153,47 @@ def test_a_ray_worker_killed_mid_task_is_survived(ray_local, tmp_path):
     assert result["got"] == hash_zip(z, items, ZipLimits(), workers=1)
 
 
+def test_visualprm_images_on_ray_are_the_local_inventory_row_for_row(ray_local, tmp_path):
+    """Embedded images (several row groups, a key repeated across them, one without a path, one
+    corrupt), a folder, a zip, a missing and a traversing reference: the same rows, rejections,
+    hashes and stored files as the local path."""
+    import filecmp
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.visualprm.images import ImageStore, inventory_prm_images
+
+    media = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    a, b, c = (encode(photo(200 + i), "JPEG", 85) for i in range(3))
+    rows = [[{"bytes": a, "path": "src/a.jpg"}], [{"bytes": encode(photo(210), "PNG"), "path": "src/p.png"}],
+            [{"bytes": a, "path": "src/a.jpg"}], [{"bytes": None, "path": "src/b.jpg"}],
+            [{"bytes": b"\xff\xd8broken", "path": "src/bad.jpg"}], [{"bytes": c, "path": None}]]
+    shard = tmp_path / "train-0.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(len(rows))], "messages": ["[]"] * len(rows),
+                             "media": pa.array(rows, type=media)}), shard,
+                   row_group_size=2)
+    root = tmp_path / "ds"
+    (root / "images" / "src").mkdir(parents=True)
+    (root / "images" / "src" / "b.jpg").write_bytes(b)
+    with zipfile.ZipFile(root / "more.zip", "w") as zf:
+        zf.writestr("images/src/z.jpg", c)
+        zf.writestr("images/src/y.jpg", encode(photo(220), "JPEG", 80))
+    refs = {"src/a.jpg", "src/b.jpg", "src/bad.jpg", "src/z.jpg", "src/y.jpg", "src/none.jpg", "../secret.jpg"}
+    local = inventory_prm_images(refs, [shard], root, [root / "more.zip"], ZipLimits(), ImageStore(tmp_path / "local"))
+    seen = []
+    on_ray = inventory_prm_images(refs, [shard], root, [root / "more.zip"], ZipLimits(), ImageStore(tmp_path / "ray"),
+                                  progress=lambda d, t, r: seen.append((d, t)), executor=Executor("ray"))
+    assert on_ray[0].to_pylist() == local[0].to_pylist()
+    assert on_ray[1:] == local[1:]
+    statuses = sorted(r["status"] for r in local[0].to_pylist())
+    assert statuses == ["corrupt", "ok", "ok", "ok", "ok", "ok", "ok", "unresolved", "unresolved"]
+    stored = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.*"))
+    assert len(stored) == 5 and stored == sorted(p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*.*"))
+    assert all(filecmp.cmp(tmp_path / "local" / p, tmp_path / "ray" / p, shallow=False) for p in stored)
+    assert seen[-1][0] == seen[-1][1]
+
+
 @pytest.mark.timeout(600)
 def test_a_whole_run_on_ray_publishes_the_release_the_local_pool_does(tmp_path):
     """`rewardhouse run --executor ray` (a local Ray instance: no REWARDHOUSE_RAY_ADDRESS) against
@@ -172,4 +213,6 @@ def test_a_whole_run_on_ray_publishes_the_release_the_local_pool_does(tmp_path):
     (db,) = run_control.run_dbs(tmp_path / "ray")
     logged = [row[0] for row in sqlite3.connect(db).execute("select event from event_logs where step_key = 'mmrb2_task_images'")]
     assert any("hashing on a local Ray instance" in e for e in logged)
+    prm = [row[0] for row in sqlite3.connect(db).execute("select event from event_logs where step_key = 'visualprm_images'")]
+    assert any("reading and hashing on a local Ray instance" in e for e in prm)
     assert any("read and hashed" in e for e in logged)

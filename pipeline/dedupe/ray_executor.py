@@ -160,3 +160,22 @@ def hash_files_ray(items: list[tuple[str, Path]], *, address: str | None = None,
     workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
     calls = [(c, max_image_pixels) for c in _chunks(jobs, chunk, workers)]
     return _run(ray, address, calls, _files_chunk, len(jobs), progress)
+
+
+def map_tasks(function, calls: list[tuple], address: str | None = None, progress: Progress | None = None) -> list:
+    """`function(*args)` for each of `calls` as Ray tasks; the outputs in call order.
+    `progress(done, total, rate)` counts finished calls."""
+    ray = connect(address)
+    if not calls:
+        return []
+    wrapped = [(i, *args) for i, args in enumerate(calls)]
+    outputs = _run(ray, address, wrapped, _indexed(function), len(calls), progress)
+    return outputs
+
+
+def _indexed(function):
+    """`function`, answering [(i, output)] as `_run` collects results."""
+    def call(i, *args):
+        return [(i, function(*args))]
+    call.__name__ = call.__qualname__ = function.__name__
+    return call

@@ -63,28 +63,74 @@ class ImageStore:
         return rel
 
 
+def _media_items(batch: pa.RecordBatch):
+    """(key, bytes) of the embedded images in one batch of the `media` column; path-only entries
+    are filtered out with Arrow compute, not looped over."""
+    items = pc.list_flatten(batch.column(0))
+    if len(items) == 0:
+        return
+    data = pc.struct_field(items, "bytes")
+    keep = pc.is_valid(data)
+    if not pc.any(keep).as_py():
+        return
+    data = pc.filter(data, keep)
+    paths = pc.filter(pc.struct_field(items, "path"), keep)
+    for path, blob in zip(paths.to_pylist(), data.to_pylist()):
+        yield path or f"sha256:{hashlib.sha256(blob).hexdigest()}", blob
+
+
+def _media_file(f: Path):
+    """The shard as a streaming reader when it has a readable `media` column, else None."""
+    if parquet_problem(f):  # the reader has already quarantined a shard it cannot read
+        return None
+    pf = streaming_parquet(f)
+    return pf if "media" in pf.schema_arrow.names else None
+
+
 def _embedded(files: list[Path]):
-    """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch.
-    Path-only entries are filtered out with Arrow compute, not looped over."""
+    """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch."""
     for f in files:
-        if parquet_problem(f):  # the reader has already quarantined a shard it cannot read
-            continue
-        pf = streaming_parquet(f)
-        if "media" not in pf.schema_arrow.names:
-            continue
-        for batch in pf.iter_batches(batch_size=256, columns=["media"]):
-            items = pc.list_flatten(batch.column(0))
-            if len(items) == 0:
-                continue
-            data = pc.struct_field(items, "bytes")
-            keep = pc.is_valid(data)
-            if not pc.any(keep).as_py():
-                continue
-            data = pc.filter(data, keep)
-            paths = pc.filter(pc.struct_field(items, "path"), keep)
-            for path, blob in zip(paths.to_pylist(), data.to_pylist()):
-                key = path or f"sha256:{hashlib.sha256(blob).hexdigest()}"
-                yield key, blob
+        pf = _media_file(f)
+        for batch in pf.iter_batches(batch_size=256, columns=["media"]) if pf else ():
+            yield from _media_items(batch)
+
+
+def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) -> list[tuple[str, dict, HashedImage | None]]:
+    """One row group's embedded images, read, checked, hashed and stored where it runs (a Ray
+    task: it reads its own bytes and returns rows and hashes, never images)."""
+    store, seen, out = ImageStore(Path(store_root)), set(), []
+    pf = streaming_parquet(Path(file))
+    for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[row_group]):
+        for key, blob in _media_items(batch):
+            if key not in seen:
+                seen.add(key)
+                out.append((key, *_row(key, "embedded", blob, None, store, max_pixels)))
+    return out
+
+
+def _fetch(location: tuple, limits: ZipLimits, open_zips: dict) -> tuple[bytes | None, str | None]:
+    """The bytes at a location `PathResolver.locate` found: ("file", path) or ("zip", zip, info)."""
+    if location[0] == "file":
+        return Path(location[1]).read_bytes(), None
+    z, info = Path(location[1]), location[2]
+    if z not in open_zips:
+        open_zips[z] = zipfile.ZipFile(z)
+    try:
+        return read_entry(open_zips[z], info, limits), None
+    except Exception as exc:  # a damaged entry is a corrupt image, not a crash
+        return None, f"unreadable zip entry: {exc}"
+
+
+def _path_unit(located: list[tuple[str, tuple]], store_root: str, limits: ZipLimits) -> list[tuple[str, dict, HashedImage | None]]:
+    """Path references at their locations, read, checked, hashed and stored where it runs."""
+    store, open_zips, out = ImageStore(Path(store_root)), {}, []
+    try:
+        for ref, location in located:
+            out.append((ref, *_row(ref, "path", *_fetch(location, limits, open_zips), store, limits.max_image_pixels)))
+    finally:
+        for zf in open_zips.values():
+            zf.close()
+    return out
 
 
 class PathResolver:
@@ -111,25 +157,27 @@ class PathResolver:
                     self.index.setdefault(str(PurePosixPath(*parts[1:])), (z, info))
         self._open: dict[Path, zipfile.ZipFile] = {}
 
-    def read(self, ref: str) -> tuple[bytes | None, str | None]:
-        """(bytes, problem); (None, None) when the reference is simply not found."""
+    def locate(self, ref: str) -> tuple[tuple | None, str | None]:
+        """(location, problem) of a reference: ("file", path) or ("zip", zip, info); (None,
+        problem) when it is refused; (None, None) when it is simply not found."""
         for base in self.bases if not ref.startswith("sha256:") else []:
             candidate = base / ref
             if is_within(base, ref) and candidate.is_file():
                 size = candidate.stat().st_size
                 if size > self.limits.max_entry_bytes:
                     return None, f"{size} bytes exceeds the {self.limits.max_entry_bytes}-byte limit"
-                return candidate.read_bytes(), None
+                return ("file", str(candidate)), None
         hit = self.index.get(ref)
         if hit is None:
             return None, None
-        z, info = hit
-        if z not in self._open:
-            self._open[z] = zipfile.ZipFile(z)
-        try:
-            return read_entry(self._open[z], info, self.limits), None
-        except Exception as exc:  # a damaged entry is a corrupt image, not a crash
-            return None, f"unreadable zip entry: {exc}"
+        return ("zip", str(hit[0]), hit[1]), None
+
+    def read(self, ref: str) -> tuple[bytes | None, str | None]:
+        """(bytes, problem); (None, None) when the reference is simply not found."""
+        location, problem = self.locate(ref)
+        if location is None:
+            return None, problem
+        return _fetch(location, self.limits, self._open)
 
     def close(self) -> None:
         for zf in self._open.values():
@@ -166,11 +214,14 @@ def inventory_prm_images(
     limits: ZipLimits,
     store: ImageStore,
     progress: Callable[[int, int, float], None] | None = None,
+    executor=None,
 ) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
     """Every embedded image and every path reference: resolved, decoded once (checksum, size,
     format, ok|corrupt|unresolved, and pHash/dHash for the decodable ones), kept in the store.
     `progress(done, total, images per second)` every 500 images (the total counts the references
-    and the embedded images seen so far)."""
+    and the embedded images seen so far). With a Ray `executor` (pipeline/dedupe/executor.py) each
+    shard's row group, and each chunk of path references, is a task that reads, hashes and stores
+    its own images: the image store must then be a folder every node sees. Same rows either way."""
     rows: dict[str, dict] = {}
     hashes: dict[str, HashedImage] = {}
     rejected: list[Rejection] = []
@@ -185,16 +236,20 @@ def inventory_prm_images(
         if progress and len(rows) % 500 == 0:
             progress(len(rows), len(refs) + unreferenced, len(rows) / max(time.monotonic() - started, 1e-9))
 
-    for key, data in _embedded(parquet_files):
-        if key not in rows:
-            add(key, "embedded", data, None)
-    resolver = PathResolver(image_root, image_zips, limits)
-    rejected.extend(resolver.rejected)
-    try:
-        for ref in sorted(refs - rows.keys()):
-            add(ref, "path", *resolver.read(ref))
-    finally:
-        resolver.close()
+    if executor is not None and executor.on_ray:
+        _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes,
+                          rejected, progress)
+    else:
+        for key, data in _embedded(parquet_files):
+            if key not in rows:
+                add(key, "embedded", data, None)
+        resolver = PathResolver(image_root, image_zips, limits)
+        rejected.extend(resolver.rejected)
+        try:
+            for ref in sorted(refs - rows.keys()):
+                add(ref, "path", *resolver.read(ref))
+        finally:
+            resolver.close()
     if progress and rows:
         progress(len(rows), len(rows), len(rows) / max(time.monotonic() - started, 1e-9))
     for row in rows.values():
@@ -202,3 +257,39 @@ def inventory_prm_images(
             rejected.append(Rejection(DATASET, "decode", row["image_key"], row["problem"]))
     table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["image_key"]), schema=PRM_IMAGES_SCHEMA)
     return table, rejected, [hashes[k] for k in sorted(hashes)]
+
+
+PATH_CHUNK = 64
+
+
+def _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes, rejected,
+                      progress) -> None:
+    """`inventory_prm_images` with the reading, hashing and storing done by Ray tasks: first the
+    embedded images (one task per row group; the first occurrence of a key wins, in shard order,
+    as in the local path), then the references they do not answer (located here, read there)."""
+    from pipeline.dedupe.ray_executor import map_tasks
+
+    def keep(outputs) -> None:
+        for out in outputs:
+            for key, row, hashed in out:
+                if key not in rows:
+                    rows[key] = row
+                    if hashed is not None:
+                        hashes[key] = hashed
+
+    units = []
+    for f in parquet_files:
+        pf = _media_file(f)
+        units += [(str(f), rg, str(store.root), limits.max_image_pixels) for rg in range(pf.num_row_groups)] if pf else []
+    keep(map_tasks(_embedded_unit, units, executor.address, progress))
+    resolver = PathResolver(image_root, image_zips, limits)
+    rejected.extend(resolver.rejected)
+    located = []
+    for ref in sorted(refs - rows.keys()):
+        location, problem = resolver.locate(ref)
+        if location is None:
+            rows[ref], _ = _row(ref, "path", None, problem, store, limits.max_image_pixels)
+        else:
+            located.append((ref, location))
+    calls = [(located[s:s + PATH_CHUNK], str(store.root), limits) for s in range(0, len(located), PATH_CHUNK)]
+    keep(map_tasks(_path_unit, calls, executor.address, progress))
