@@ -11,7 +11,7 @@ from pipeline.quarantine import QUARANTINE_SCHEMA, quarantine_table
 from pipeline.visualprm.contract import contracts
 from pipeline.resources import RewardhouseResource
 from pipeline.visualprm.source import fetch_visualprm
-from pipeline.visualprm.source import prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
+from pipeline.visualprm.source import image_roots, prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import Export, Staged, read_staged, write_staged
 from pipeline.dedupe.decisions import contaminated_by, hashes_table, mark_samples
@@ -97,6 +97,9 @@ def visualprm_images(
         samples = read_staged(visualprm_samples.internal)["prm_samples"]
         refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
         executor = settings.image_executor()
+        roots = image_roots(settings)
+        if roots:
+            context.log.info("visualprm images: image roots, in order: " + ", ".join(map(str, roots)))
         if executor.on_ray:
             context.log.info(f"visualprm images: reading and hashing on {executor.describe()}")
         try:
@@ -109,6 +112,7 @@ def visualprm_images(
                 ImageStore(layout.image_store),
                 progress=progress_logger(context, "visualprm images: read and hashed"),
                 executor=executor if executor.on_ray else None,
+                image_roots=roots,
             )
         except RayUnavailable as exc:
             raise dg.Failure(description=str(exc)) from None
@@ -165,6 +169,7 @@ def visualprm_export(
                                       for ev, mask in contaminated_by(samples, staged["contamination"], DATASET).items()}
         result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
         removed["image_unavailable"] = len(result.excluded)
+        removed["unresolved_by_source"] = result.unresolved_by_source
         excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
         in_export = pc.and_(keep, pc.invert(pc.is_in(samples["sample_id"], value_set=excluded_ids)))
         samples = samples.append_column("in_export", in_export)
@@ -177,7 +182,8 @@ def visualprm_export(
             dataset=DATASET,
         )
         metadata = {"rows": result.rows, "images": len(result.image_files),
-                    **{f"removed_{k}": v for k, v in removed.items() if k != "contaminated_by"},
+                    **{f"removed_{k}": v for k, v in removed.items() if k not in ("contaminated_by", "unresolved_by_source")},
+                    "removed_unresolved_by_source": result.unresolved_by_source,
                     **{f"removed_contaminated_by_{ev}": n for ev, n in removed["contaminated_by"].items()},
                     "preview": preview(samples, columns=["sample_id", "source", "n_steps", "is_duplicate", "is_contaminated", "in_export"])}
         return value, metadata

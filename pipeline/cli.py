@@ -194,6 +194,9 @@ def _run(args, state: dict) -> int:
         config["dedupe_max_distance"] = args.max_distance
     if args.workers:
         config["workers"] = args.workers
+    roots = args.images or env.image_roots()
+    if roots:
+        config["image_roots"] = [str(Path(r).expanduser().resolve()) for r in roots]
     config["executor"] = args.executor or ("ray" if env.ray_address() else "local")
     if env.ray_address():
         config["ray_address"] = env.ray_address()
@@ -553,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-distance", type=int, default=None,
                      help=f"near-duplicate radius in pHash bits (default {DEFAULT_MAX_DISTANCE})")
     run.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
+    run.add_argument("--images", action="append", metavar="ROOT",
+                     help="where VisualPRM's path references resolve, repeatable, in order: a folder, a zip, or a "
+                          "split zip named by its first part (images.zip_aa; read in place, never concatenated)")
     run.add_argument("--executor", choices=("local", "ray"), default=None,
                      help="where the image work runs: this machine's process pool, or Ray (the cluster at "
                           "REWARDHOUSE_RAY_ADDRESS, else a local Ray instance); default: ray when that is set")

@@ -39,6 +39,12 @@ def ray_address() -> str | None:
     return _get("REWARDHOUSE_RAY_ADDRESS")
 
 
+def image_roots() -> list[str]:
+    """REWARDHOUSE_IMAGE_ROOTS: VisualPRM image roots (folders, zips, split zips by first part),
+    separated by os.pathsep."""
+    return [r for r in (_get("REWARDHOUSE_IMAGE_ROOTS") or "").split(os.pathsep) if r]
+
+
 def dagster_home() -> str | None:
     """DAGSTER_HOME: Dagster's instance folder (default: <data root>/dagster)."""
     return _get("DAGSTER_HOME")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import dagster as dg
 from pydantic import create_model
@@ -38,6 +38,8 @@ class _Resource(dg.ConfigurableResource):
     hf_revisions: Dict[str, str] = {}  # any other Hub dataset: repo -> revision (e.g. MMInstruction/VL-RewardBench)
     # Publish even when a whole upstream file was refused (see Settings.allow_unusable_files).
     allow_unusable_files: bool = False
+    # VisualPRM image roots, in order (folders, zips, split zips named by their first part).
+    image_roots: List[str] = []
 
     def settings(self) -> Settings:
         stop_point()  # every asset starts by asking: a stop asked for ends the run here
@@ -57,6 +59,7 @@ class _Resource(dg.ConfigurableResource):
             hf_visualprm_revision=self.hf_visualprm_revision,
             hf_revisions=dict(self.hf_revisions),
             allow_unusable_files=self.allow_unusable_files,
+            image_roots=tuple(self.image_roots),
             quality=self.quality(),
         )
 
@@ -104,4 +107,5 @@ def default_resource() -> RewardhouseResource:
         ray_address=env.ray_address(),
         max_image_pixels=env.max_image_pixels(DEFAULT_MAX_IMAGE_PIXELS),
         allow_unusable_files=env.allow_unusable_files(),
+        image_roots=env.image_roots(),
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline import env
 
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
-TRANSFORM_VERSION = "3"
+TRANSFORM_VERSION = "4"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,6 +121,9 @@ class Settings:
     # Publish even when a whole upstream file was refused (the `upstream_files` check then warns):
     # e.g. ship three MMRB2 tasks while the fourth's file is broken. Off: such a file blocks.
     allow_unusable_files: bool = False
+    # Where VisualPRM's path references resolve, in order, after the dataset's own folder: folders,
+    # zips, split zips named by their first part (images.zip_aa).
+    image_roots: tuple[str, ...] = ()
 
     def image_executor(self):
         from pipeline.dedupe.executor import Executor
@@ -144,7 +147,23 @@ class Settings:
             "export_keep_duplicates": self.export_keep_duplicates,
             "export_keep_contaminated": self.export_keep_contaminated,
             "quality": asdict(self.quality),
+            "image_roots": [root_signature(r) for r in self.image_roots],
         }
+
+
+def root_signature(root: str) -> dict:
+    """An image root as the release id sees it: its path, and for an archive its parts' sizes and
+    times (a folder's files are checksummed as they are read, into prm_images)."""
+    path = Path(root).expanduser()
+    out = {"path": str(path)}
+    if path.is_file():
+        from pipeline.archives import ArchiveError, split_parts
+
+        try:
+            out["parts"] = [(p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in split_parts(path)]
+        except ArchiveError as exc:
+            out["error"] = str(exc)
+    return out
 
 
 class Layout:

@@ -68,10 +68,17 @@ def image_name(entry_name: str) -> str:
 
 
 def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
+    """The usable entries of an archive (a zip, or a split zip named by its first part), the
+    refused ones with reasons, or why the whole archive is unusable."""
+    from pipeline.archives import ArchiveError, archive_size, open_zip
+
     scan = ZipScan()
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_zip(path) as zf:
             infos = zf.infolist()
+    except ArchiveError as exc:
+        scan.archive_error = str(exc)
+        return scan
     except READ_ERRORS as exc:
         scan.archive_error = f"unreadable archive: {exc}"
         return scan
@@ -85,7 +92,7 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
     if total > limits.max_total_bytes:
         scan.archive_error = f"total uncompressed size {total} bytes exceeds the {limits.max_total_bytes}-byte limit"
         return scan
-    archive_bytes = max(path.stat().st_size, 1)
+    archive_bytes = max(archive_size(path), 1)
     if total > limits.ratio_floor_bytes and total > limits.max_entry_ratio * archive_bytes:
         scan.archive_error = (
             f"archive inflates {total / archive_bytes:.0f}:1 (limit {limits.max_entry_ratio:.0f}:1): refusing a zip bomb"

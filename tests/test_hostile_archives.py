@@ -178,7 +178,10 @@ def test_broken_visualprm_image_zips_are_file_rows_and_the_good_zip_still_resolv
     table, rejected, _ = inventory_prm_images(refs, [shard], tmp_path / "root", zips, ZipLimits(), store)
     assert {r["image_key"]: r["status"] for r in table.to_pylist()} == \
         {"src/a.jpg": "ok", "src/b.jpg": "unresolved", "src/\0.jpg": "unresolved", "../good.zip": "unresolved"}
-    assert sorted((r.stage, r.record_key, r.reason) for r in rejected) == sorted(("file", p.name, reason) for p, reason in broken.values())
+    # Image roots were given (the zips), so an unresolved reference is a fault, not a decision.
+    missing = [("resolve", ref, "not found in the dataset folder or the image roots") for ref in ("src/b.jpg", "src/\0.jpg", "../good.zip")]
+    assert sorted((r.stage, r.record_key, r.reason) for r in rejected) == \
+        sorted([("file", p.name, reason) for p, reason in broken.values()] + missing)
 
 
 def test_damaged_entry_data_is_a_decode_row_not_a_crash(tmp_path):

@@ -45,7 +45,12 @@ def test_embedded_folder_zip_unresolved_and_corrupt(tmp_path):
     assert rows["src/bad.jpg"]["status"] == "corrupt"
     assert rows["src/none.jpg"]["status"] == "unresolved"
     assert rows["../secret.jpg"]["status"] == rows["/etc/passwd"]["status"] == "unresolved"  # never read outside the root
-    assert [(r.stage, r.record_key) for r in rejected] == [("decode", "src/bad.jpg")]
+    # A zip was given, so what no root holds is a fault (a `resolve` row), not a decision.
+    assert sorted((r.stage, r.record_key) for r in rejected) == [
+        ("decode", "src/bad.jpg"), ("resolve", "../secret.jpg"), ("resolve", "/etc/passwd"), ("resolve", "src/none.jpg")]
+    assert rows["src/b.jpg"]["located_at"] == str(root / "images" / "src" / "b.jpg")
+    assert rows["src/z.jpg"]["located_at"] == f"{root / 'more.zip'}!images/src/z.jpg"
+    assert rows["src/a.jpg"]["located_at"] is None  # embedded
     # content-addressed: the shared image is stored once
     stored = sorted(p.name for p in (tmp_path / "store").rglob("*.jpg"))
     assert len(stored) == 3 and rows["src/a.jpg"]["store_path"].endswith(rows["src/a.jpg"]["sha256"] + ".jpg")

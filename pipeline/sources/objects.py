@@ -12,6 +12,7 @@ from collections import OrderedDict
 from typing import BinaryIO
 
 from pipeline import env
+from pipeline.archives import RandomAccessFile
 
 BLOCK_BYTES = 4 * 1024 * 1024
 CACHED_BLOCKS = 4
@@ -36,7 +37,7 @@ def filesystem():
     return FsspecStore("s3", **client_config())
 
 
-class RangeFile(io.RawIOBase):
+class RangeFile(RandomAccessFile):
     """A seekable, read-only file over one object, read by HTTP range in aligned blocks of
     `block` bytes, the last few kept: a zip's central directory, or a run of neighbouring
     entries, costs a request per block, however many small reads and seeks `zipfile` makes."""
@@ -49,20 +50,6 @@ class RangeFile(io.RawIOBase):
         self.pos = 0
         self.blocks: OrderedDict[int, bytes] = OrderedDict()
         self.requests = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
 
     def _block(self, index: int) -> bytes:
         if index in self.blocks:

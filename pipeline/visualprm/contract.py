@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.contract import (
-    BOOL, FLOAT, INT, LIST, STRING, TableContract, between, greater, in_set, json_text, not_null, sha256, unique, where,
+    BOOL, FLOAT, INT, LIST, STRING, TableContract, between, greater, in_set, json_text, not_null, null, sha256, unique, where,
 )
 from pipeline.settings import QualitySettings
 
@@ -46,12 +46,13 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
     ok = where("status", "ok")
     images = TableContract("prm_images", {
         "image_key": STRING, "origin": STRING, "sha256": STRING, "bytes": INT, "width": INT, "height": INT,
-        "format": STRING, "status": STRING, "store_path": STRING, "problem": STRING,
+        "format": STRING, "status": STRING, "store_path": STRING, "problem": STRING, "located_at": STRING,
     }, (
         *not_null("image_key", "origin", "status"),
         *unique("image_key"),
         *in_set("origin", ("embedded", "path")),
         *in_set("status", IMAGE_STATUS),
+        *null("located_at", when=where("origin", "embedded")),
         *sha256("sha256"),
         *not_null("sha256", "bytes", when=where("status", "ok", "corrupt")),
         *not_null("width", "height", when=ok),

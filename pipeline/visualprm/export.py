@@ -41,15 +41,16 @@ Your task is to verify the accuracy and correctness of each step in the given so
 
 _EXPORT_SQL = """
 create or replace temp table x_refs as
-select s.sample_id, r.pos, r.ref, i.status, i.store_path
+select s.sample_id, r.pos, r.ref, i.status, i.store_path, i.problem
 from samples s, unnest(s.image_refs) with ordinality as r(ref, pos)
 left join images i on i.image_key = r.ref;
 
 create or replace temp table x_excluded as
 select sample_id, arg_min(
            'image ' || ref || ' is ' || coalesce(status, 'unknown')
-           || case when status = 'unresolved' then ' (not embedded and not found under the image root)' else '' end,
-           pos) as reason
+           || case when status = 'unresolved' then ' (' || coalesce(problem, 'not found') || ')' else '' end,
+           pos) as reason,
+       arg_min(status, pos) as status
 from x_refs where status is distinct from 'ok' group by sample_id;
 
 create or replace temp table x_turns as
@@ -81,14 +82,15 @@ class ExportResult:
     parquet: Path
     image_files: dict[str, str] = field(default_factory=dict)  # export-relative path -> store path
     excluded: list[Rejection] = field(default_factory=list)
+    unresolved_by_source: dict[str, int] = field(default_factory=dict)  # samples left out for an unresolved image
 
 
 def build_export(samples: pa.Table, steps: pa.Table, images: pa.Table, out_dir: Path) -> ExportResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
-    con.register("samples", samples.select(["sample_id", "question", "image_refs"]))
+    con.register("samples", samples.select(["sample_id", "question", "image_refs", "source"]))
     con.register("steps", steps.select(["sample_id", "step_index", "text", "label"]))
-    con.register("images", images.select(["image_key", "status", "store_path"]))
+    con.register("images", images.select(["image_key", "status", "store_path", "problem"]))
     system = "'" + PRM_SYSTEM_PROMPT.replace("'", "''") + "'"
     for statement in _EXPORT_SQL.replace("$system", system).split(";\n"):
         if statement.strip():
@@ -115,7 +117,10 @@ def build_export(samples: pa.Table, steps: pa.Table, images: pa.Table, out_dir: 
     image_files = {f"{IMAGES_DIR}/{p}": p for (p,) in con.sql("select distinct store_path from x_refs where status = 'ok'").fetchall()}
     excluded = [Rejection(DATASET, "export", key, reason)
                 for key, reason in con.sql("select sample_id, reason from x_excluded order by sample_id").fetchall()]
-    return ExportResult(rows=len(lines), jsonl=jsonl, parquet=parquet, image_files=image_files, excluded=excluded)
+    unresolved = dict(con.sql("""select coalesce(s.source, '(none)'), count(*)::int from x_excluded x join samples s using (sample_id)
+                                 where x.status = 'unresolved' group by 1 order by 1""").fetchall())
+    return ExportResult(rows=len(lines), jsonl=jsonl, parquet=parquet, image_files=image_files, excluded=excluded,
+                        unresolved_by_source=unresolved)
 
 
 def render_meta(exports_dir: Path, rows: int) -> bytes:

@@ -22,6 +22,7 @@ from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
 from pipeline.staging import streaming_parquet
 from pipeline.visualprm.readers import parquet_problem
+from pipeline.archives import open_zip
 from pipeline.zipread import is_within, read_entry, scan_zip
 
 DATASET = "visualprm"
@@ -38,6 +39,7 @@ PRM_IMAGES_SCHEMA = pa.schema(
         ("status", pa.string()),  # ok | corrupt | unresolved
         ("store_path", pa.string()),  # relative to the image store, when the bytes were kept
         ("problem", pa.string()),  # why it is corrupt
+        ("located_at", pa.string()),  # a path reference: the file, or archive!entry, that answered it
     ]
 )
 
@@ -108,13 +110,18 @@ def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) 
     return out
 
 
+def describe(location: tuple) -> str:
+    """Where a reference was found, as `prm_images.located_at` says it: a file, or archive!entry."""
+    return location[1] if location[0] == "file" else f"{location[1]}!{location[2].filename}"
+
+
 def _fetch(location: tuple, limits: ZipLimits, open_zips: dict) -> tuple[bytes | None, str | None]:
     """The bytes at a location `PathResolver.locate` found: ("file", path) or ("zip", zip, info)."""
     if location[0] == "file":
         return Path(location[1]).read_bytes(), None
     z, info = Path(location[1]), location[2]
     if z not in open_zips:
-        open_zips[z] = zipfile.ZipFile(z)
+        open_zips[z] = open_zip(z)
     try:
         return read_entry(open_zips[z], info, limits), None
     except Exception as exc:  # a damaged entry is a corrupt image, not a crash
@@ -126,35 +133,91 @@ def _path_unit(located: list[tuple[str, tuple]], store_root: str, limits: ZipLim
     store, open_zips, out = ImageStore(Path(store_root)), {}, []
     try:
         for ref, location in located:
-            out.append((ref, *_row(ref, "path", *_fetch(location, limits, open_zips), store, limits.max_image_pixels)))
+            out.append((ref, *_row(ref, "path", *_fetch(location, limits, open_zips), store, limits.max_image_pixels,
+                                   describe(location))))
     finally:
         for zf in open_zips.values():
             zf.close()
     return out
 
 
+def _usable_entries(archive: Path, limits: ZipLimits, rejected: list[Rejection]) -> list[zipfile.ZipInfo]:
+    """The entries of an archive that may be read; a refused archive or entry is a rejection."""
+    scan = scan_zip(archive, limits)
+    if scan.archive_error:
+        rejected.append(Rejection(DATASET, FILE_STAGE, archive.name, scan.archive_error))
+    for entry, reason in scan.refused:
+        rejected.append(Rejection(DATASET, "unpack", f"{archive.name}!{entry}", reason))
+    return list(scan.entries.values())
+
+
+class RootIndex:
+    """One image root the user gave (`--images`): a folder, a zip, or a split zip named by its
+    first part. Its files are indexed by file name; a reference resolves to the file whose path
+    shares the longest suffix with it (whole path components), so an archive with an extra top
+    folder (`VisualPRM400K/images/Geometry3K/...`) or a reference with one
+    (`images/Geometry3K/...`) still meet; the match must take in a folder as well as the file
+    name (`train/18027/image.png` is not `train/18809/image.png`). Two best matches are
+    ambiguous: unresolved, with why."""
+
+    def __init__(self, root: Path, limits: ZipLimits):
+        self.root = root
+        self.by_name: dict[str, list[tuple[tuple[str, ...], tuple]]] = {}
+        self.rejected: list[Rejection] = []
+        if root.is_dir():
+            for folder, _, names in os.walk(root):
+                for name in names:
+                    path = Path(folder) / name
+                    self._add(path.relative_to(root).parts, ("file", str(path)))
+        else:
+            for info in _usable_entries(root, limits, self.rejected):
+                self._add(PurePosixPath(info.filename).parts, ("zip", str(root), info))
+
+    def _add(self, parts: tuple[str, ...], location: tuple) -> None:
+        self.by_name.setdefault(parts[-1], []).append((parts, location))
+
+    def locate(self, ref: str) -> tuple[tuple | None, str | None]:
+        parts = PurePosixPath(ref).parts
+        if not parts or ".." in parts or ref.startswith("/"):
+            return None, None
+        best, found = 0, []
+        for candidate, location in self.by_name.get(parts[-1], ()):
+            shared = 0
+            while shared < min(len(parts), len(candidate)) and parts[-1 - shared] == candidate[-1 - shared]:
+                shared += 1
+            if shared < min(2, len(parts), len(candidate)):
+                continue  # a shared file name in another folder is no match
+            if shared > best:
+                best, found = shared, [location]
+            elif shared == best:
+                found.append(location)
+        if len(found) > 1:
+            return None, (f"ambiguous in image root {self.root}: {len(found)} files end in "
+                          f"{'/'.join(parts[-best:])!r}")
+        return (found[0], None) if found else (None, None)
+
+
 class PathResolver:
     """Find a referenced relative path under the dataset folder or its `images/` subfolder (the
     upstream InternVL layout keeps images beside `annotations/`), or inside image zips (entries
-    may carry one extra leading folder, e.g. `images/MathV360K/...`)."""
+    may carry one extra leading folder, e.g. `images/MathV360K/...`), then in the image roots
+    the user gave, in order (see RootIndex)."""
 
-    def __init__(self, root: Path | None, zips: list[Path], limits: ZipLimits):
+    def __init__(self, root: Path | None, zips: list[Path], limits: ZipLimits, image_roots: list[Path] = ()):
         self.bases = [root, root / "images"] if root is not None else []
         self.limits = limits
         self.index: dict[str, tuple[Path, zipfile.ZipInfo]] = {}
         self.rejected: list[Rejection] = []
         for z in zips:
-            scan = scan_zip(z, limits)
-            if scan.archive_error:
-                self.rejected.append(Rejection(DATASET, FILE_STAGE, z.name, scan.archive_error))
-            for entry, reason in scan.refused:
-                self.rejected.append(Rejection(DATASET, "unpack", f"{z.name}!{entry}", reason))
-            for info in scan.entries.values():
+            for info in _usable_entries(z, limits, self.rejected):
                 name = info.filename
                 self.index.setdefault(name, (z, info))
                 parts = PurePosixPath(name).parts
                 if len(parts) > 1:
                     self.index.setdefault(str(PurePosixPath(*parts[1:])), (z, info))
+        self.roots = [RootIndex(r, limits) for r in image_roots]
+        for r in self.roots:
+            self.rejected.extend(r.rejected)
         self._open: dict[Path, zipfile.ZipFile] = {}
 
     def locate(self, ref: str) -> tuple[tuple | None, str | None]:
@@ -168,16 +231,20 @@ class PathResolver:
                     return None, f"{size} bytes exceeds the {self.limits.max_entry_bytes}-byte limit"
                 return ("file", str(candidate)), None
         hit = self.index.get(ref)
-        if hit is None:
-            return None, None
-        return ("zip", str(hit[0]), hit[1]), None
+        if hit is not None:
+            return ("zip", str(hit[0]), hit[1]), None
+        for root in self.roots:
+            location, problem = root.locate(ref)
+            if location is not None or problem is not None:
+                return location, problem
+        return None, None
 
-    def read(self, ref: str) -> tuple[bytes | None, str | None]:
-        """(bytes, problem); (None, None) when the reference is simply not found."""
+    def read(self, ref: str) -> tuple[bytes | None, str | None, str | None]:
+        """(bytes, problem, where it was found); (None, None, None) when it is simply not found."""
         location, problem = self.locate(ref)
         if location is None:
-            return None, problem
-        return _fetch(location, self.limits, self._open)
+            return None, problem, None
+        return (*_fetch(location, self.limits, self._open), describe(location))
 
     def close(self) -> None:
         for zf in self._open.values():
@@ -185,13 +252,15 @@ class PathResolver:
 
 
 def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore,
-         max_pixels: int) -> tuple[dict, HashedImage | None]:
+         max_pixels: int, located_at: str | None = None) -> tuple[dict, HashedImage | None]:
     """The inventory row of one reference, and its hashes when it decodes: the one reduced-scale
     decode that hashes an image is also its check (see `pipeline.mmrb2.images.inventory_images`)."""
     row = {"image_key": key, "origin": origin, "sha256": None, "bytes": None, "width": None,
-           "height": None, "format": None, "status": "unresolved", "store_path": None, "problem": None}
+           "height": None, "format": None, "status": "unresolved", "store_path": None, "problem": None,
+           "located_at": None}
     if data is None and problem is None:
         return row, None
+    row["located_at"] = located_at
     hashed = None
     if data is not None:
         hashed = hash_bytes(key, data, max_pixels)
@@ -215,6 +284,7 @@ def inventory_prm_images(
     store: ImageStore,
     progress: Callable[[int, int, float], None] | None = None,
     executor=None,
+    image_roots: list[Path] = (),
 ) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
     """Every embedded image and every path reference: resolved, decoded once (checksum, size,
     format, ok|corrupt|unresolved, and pHash/dHash for the decodable ones), kept in the store.
@@ -227,9 +297,9 @@ def inventory_prm_images(
     rejected: list[Rejection] = []
     started, unreferenced = time.monotonic(), 0
 
-    def add(key: str, origin: str, data: bytes | None, problem: str | None) -> None:
+    def add(key: str, origin: str, data: bytes | None, problem: str | None, located_at: str | None = None) -> None:
         nonlocal unreferenced
-        rows[key], hashed = _row(key, origin, data, problem, store, limits.max_image_pixels)
+        rows[key], hashed = _row(key, origin, data, problem, store, limits.max_image_pixels, located_at)
         if hashed is not None:
             hashes[key] = hashed
         unreferenced += key not in refs
@@ -238,12 +308,12 @@ def inventory_prm_images(
 
     if executor is not None and executor.on_ray:
         _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes,
-                          rejected, progress)
+                          rejected, progress, image_roots)
     else:
         for key, data in _embedded(parquet_files):
             if key not in rows:
                 add(key, "embedded", data, None)
-        resolver = PathResolver(image_root, image_zips, limits)
+        resolver = PathResolver(image_root, image_zips, limits, image_roots)
         rejected.extend(resolver.rejected)
         try:
             for ref in sorted(refs - rows.keys()):
@@ -252,9 +322,18 @@ def inventory_prm_images(
             resolver.close()
     if progress and rows:
         progress(len(rows), len(rows), len(rows) / max(time.monotonic() - started, 1e-9))
+    # An unresolved reference is a decision when no image root was given (the export leaves its
+    # samples out), and a fault when roots were given and none holds it.
+    searched = bool(image_roots or image_zips)
     for row in rows.values():
         if row["status"] == "corrupt":
             rejected.append(Rejection(DATASET, "decode", row["image_key"], row["problem"]))
+        elif row["status"] == "unresolved" and row["problem"] is None:
+            if searched:
+                row["problem"] = "not found in the dataset folder or the image roots"
+                rejected.append(Rejection(DATASET, "resolve", row["image_key"], row["problem"]))
+            else:
+                row["problem"] = "not embedded, and no image root was given (--images)"
     table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["image_key"]), schema=PRM_IMAGES_SCHEMA)
     return table, rejected, [hashes[k] for k in sorted(hashes)]
 
@@ -263,7 +342,7 @@ PATH_CHUNK = 64
 
 
 def _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes, rejected,
-                      progress) -> None:
+                      progress, image_roots) -> None:
     """`inventory_prm_images` with the reading, hashing and storing done by Ray tasks: first the
     embedded images (one task per row group; the first occurrence of a key wins, in shard order,
     as in the local path), then the references they do not answer (located here, read there)."""
@@ -282,7 +361,7 @@ def _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store
         pf = _media_file(f)
         units += [(str(f), rg, str(store.root), limits.max_image_pixels) for rg in range(pf.num_row_groups)] if pf else []
     keep(map_tasks(_embedded_unit, units, executor.address, progress))
-    resolver = PathResolver(image_root, image_zips, limits)
+    resolver = PathResolver(image_root, image_zips, limits, image_roots)
     rejected.extend(resolver.rejected)
     located = []
     for ref in sorted(refs - rows.keys()):

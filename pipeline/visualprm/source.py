@@ -217,6 +217,30 @@ def prm_image_root(snap: RawSnapshot) -> Path | None:
     return None
 
 
+def upstream_image_archives(local_path: str | None) -> list[Path]:
+    """OpenGVLab's image archives in a local mirror, by themselves: for each
+    `DIR/OpenGVLab/VisualPRM400K*/` folder, its `images.zip`, or the first part of a split one
+    (`images.zip_aa`, read in place with the parts beside it)."""
+    if not local_path:
+        return []
+    found = []
+    for folder in sorted((Path(local_path).expanduser() / "OpenGVLab").glob("VisualPRM400K*")):
+        for name in ("images.zip", "images.zip_aa"):
+            if (folder / name).is_file():
+                found.append(folder / name)
+                break
+    return found
+
+
+def image_roots(settings: Settings) -> list[Path]:
+    """Where path references resolve after the dataset's own folder: the configured roots in
+    order, then (for `local`) the upstream archives of the mirror."""
+    roots = [Path(r).expanduser() for r in settings.image_roots]
+    if settings.source == "local":
+        roots += [a for a in upstream_image_archives(settings.local_path) if a not in roots]
+    return roots
+
+
 def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
     """VisualPRM400K's raw files (parquet shards, or InternVL jsonl + images)."""
     from pipeline.sources.hf import fetch_visualprm_hf
