@@ -98,6 +98,12 @@ def visualprm_images(
         refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
         executor = settings.image_executor()
         roots = image_roots(settings)
+        hub = {}
+        hub_rejected = []
+        if settings.source == "hf" and settings.hf_images and snapshot:
+            cache, report, hub_rejected = _resolve_from_hub(context, layout, settings, snapshot, refs)
+            roots.append(cache)
+            hub = {"hf_images": report.as_dict()}
         if roots:
             context.log.info("visualprm images: image roots, in order: " + ", ".join(map(str, roots)))
         if executor.on_ray:
@@ -116,7 +122,7 @@ def visualprm_images(
             )
         except RayUnavailable as exc:
             raise dg.Failure(description=str(exc)) from None
-        tables = {"prm_images": table, "quarantine": quarantine_table(rejected)}
+        tables = {"prm_images": table, "quarantine": quarantine_table(rejected + hub_rejected)}
         hashes = hashes_table(DATASET, hashed, dict(zip(table["image_key"].to_pylist(), table["bytes"].to_pylist())))
         internal = {"image_hashes": hashes}
         status = table.column("status").to_pylist()
@@ -124,11 +130,33 @@ def visualprm_images(
             **plain_counts(tables),
             **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "unresolved")},
             "hashed": hashes.num_rows,
+            **hub,
             "preview": preview(table, columns=["image_key", "origin", "width", "height", "status"]),
         }
         return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata
 
     return reuse_or_run(context, out, compute)
+
+
+def _resolve_from_hub(context, layout, settings, snapshot, refs: set[str]):
+    """Fetch from OpenGVLab's archive on the Hub, by range, the images that path references need
+    and the shards do not carry; returns (the local folder they land in, the report, rejections)."""
+    from pipeline.sources.hf import _OPENER, _auth_header, _endpoint
+    from pipeline.sources.http_archive import RangeError
+    from pipeline.visualprm.hub_images import IMAGE_REPO, hub_parts, open_archive, resolve_from_hub
+    from pipeline.visualprm.images import embedded_keys
+
+    wanted = refs - embedded_keys(prm_parquet_files(snapshot))
+    endpoint = _endpoint(None)
+    try:
+        sha, names = hub_parts(IMAGE_REPO, settings.hf_revision(IMAGE_REPO), endpoint, None)
+        source = open_archive(IMAGE_REPO, sha, names, endpoint, _auth_header(None), _OPENER)
+        cache = layout.raw_source("hf") / IMAGE_REPO / "entries"
+        report, rejected = resolve_from_hub(wanted, cache, source, IMAGE_REPO, sha,
+                                            budget_bytes=int(settings.hf_images_budget_gb * 1e9), log=context.log.info)
+    except (RangeError, OSError, Exception) as exc:  # the Hub's own errors too: one line, naming the repo
+        raise dg.Failure(description=f"hf images: {IMAGE_REPO}: {' '.join(str(exc).split())[:300]}") from None
+    return cache, report, rejected
 
 
 @dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="2", tags={"dataset": "visualprm"})

@@ -194,6 +194,8 @@ def _run(args, state: dict) -> int:
         config["dedupe_max_distance"] = args.max_distance
     if args.workers:
         config["workers"] = args.workers
+    if args.hf_images:
+        config["hf_images"] = True
     roots = args.images or env.image_roots()
     if roots:
         config["image_roots"] = [str(Path(r).expanduser().resolve()) for r in roots]
@@ -559,6 +561,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--images", action="append", metavar="ROOT",
                      help="where VisualPRM's path references resolve, repeatable, in order: a folder, a zip, or a "
                           "split zip named by its first part (images.zip_aa; read in place, never concatenated)")
+    run.add_argument("--hf-images", action="store_true",
+                     help="with --source hf: fetch the images that path references need from OpenGVLab's archives "
+                          "on the Hub, by range (the log says what that costs first; bound it with "
+                          "--set hf_images_budget_gb=N)")
     run.add_argument("--executor", choices=("local", "ray"), default=None,
                      help="where the image work runs: this machine's process pool, or Ray (the cluster at "
                           "REWARDHOUSE_RAY_ADDRESS, else a local Ray instance); default: ray when that is set")

@@ -40,6 +40,9 @@ class _Resource(dg.ConfigurableResource):
     allow_unusable_files: bool = False
     # VisualPRM image roots, in order (folders, zips, split zips named by their first part).
     image_roots: List[str] = []
+    # hf source: fetch the images path references need from OpenGVLab's archives by range (see Settings).
+    hf_images: bool = False
+    hf_images_budget_gb: float = 0.0
 
     def settings(self) -> Settings:
         stop_point()  # every asset starts by asking: a stop asked for ends the run here
@@ -60,6 +63,8 @@ class _Resource(dg.ConfigurableResource):
             hf_revisions=dict(self.hf_revisions),
             allow_unusable_files=self.allow_unusable_files,
             image_roots=tuple(self.image_roots),
+            hf_images=self.hf_images,
+            hf_images_budget_gb=self.hf_images_budget_gb,
             quality=self.quality(),
         )
 

@@ -124,6 +124,10 @@ class Settings:
     # Where VisualPRM's path references resolve, in order, after the dataset's own folder: folders,
     # zips, split zips named by their first part (images.zip_aa).
     image_roots: tuple[str, ...] = ()
+    # hf source: resolve the references no root answers from OpenGVLab's archives on the Hub, by
+    # range (off by default: the full archives are 70 GB), fetching at most this many GB a run (0: no bound).
+    hf_images: bool = False
+    hf_images_budget_gb: float = 0.0
 
     def image_executor(self):
         from pipeline.dedupe.executor import Executor
@@ -148,6 +152,7 @@ class Settings:
             "export_keep_contaminated": self.export_keep_contaminated,
             "quality": asdict(self.quality),
             "image_roots": [root_signature(r) for r in self.image_roots],
+            "hf_images": self.hf_images,
         }
 
 

@@ -163,6 +163,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
 
 
+def serve_samples(hub, upstream: Path, monkeypatch) -> dict[str, str]:
+    """The three datasets' samples on a loopback Hub (and the MMRB2 annotations on its GitHub-raw
+    stand-in), as `--source hf` reads them; the commit of each Hub repo."""
+    from pipeline.mmrb2.sample import write_sample
+    from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
+    from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
+
+    write_sample(upstream)
+    commits = {MMRB2_IMAGE_REPO: hub.add_dataset_commit(MMRB2_IMAGE_REPO, {"image.zip": (upstream / MMRB2_IMAGE_REPO / "image.zip").read_bytes()})}
+    bench = upstream / MMRB2_ANNOTATION_REPO / "benchmark"
+    hub.add_raw_files(MMRB2_ANNOTATION_REPO, MMRB2_ANNOTATION_COMMIT,
+                      {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
+    monkeypatch.setenv("REWARDHOUSE_GITHUB_RAW", hub.url)
+    write_visualprm_sample(upstream)
+    commits[VISUALPRM_REPO] = hub.add_dataset_commit(VISUALPRM_REPO, {
+        "README.md": b"# VisualPRM400K\n", PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: (upstream / PARQUET_RELPATH).read_bytes()})
+    commits["vlrb"] = serve_vlrb(hub, upstream)
+    return commits
+
+
 def serve_vlrb(hub, upstream: Path) -> str:
     """Put the VL-RewardBench sample on a loopback Hub as MMInstruction/VL-RewardBench; its commit."""
     from pipeline.vlrb.sample import RELPATH, write_vlrb_sample

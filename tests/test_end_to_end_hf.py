@@ -3,10 +3,10 @@
 import duckdb
 
 from pipeline.cli import main
-from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
-from pipeline.mmrb2.sample import sample_facts, write_sample
-from conftest import serve_vlrb
-from pipeline.visualprm.sample import PARQUET_RELPATH, visualprm_sample_facts, write_visualprm_sample
+from pipeline.settings import MMRB2_IMAGE_REPO, VISUALPRM_REPO
+from pipeline.mmrb2.sample import sample_facts
+from conftest import serve_samples
+from pipeline.visualprm.sample import PARQUET_RELPATH, visualprm_sample_facts
 from pipeline.vlrb.sample import RELPATH as VLRB_RELPATH
 from pipeline.vlrb.sample import facts as vlrb_facts
 from pipeline.vlrb.sample import parquet_bytes as vlrb_parquet_bytes
@@ -14,17 +14,10 @@ from pipeline.vlrb.sample import parquet_bytes as vlrb_parquet_bytes
 
 def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tmp_path, monkeypatch, capsys):
     upstream = tmp_path / "upstream"
-    write_sample(upstream)
+    commits = serve_samples(hub, upstream, monkeypatch)
+    sha, prm_sha, vlrb_sha = commits[MMRB2_IMAGE_REPO], commits[VISUALPRM_REPO], commits["vlrb"]
     zip_bytes = (upstream / MMRB2_IMAGE_REPO / "image.zip").read_bytes()
-    sha = hub.add_dataset_commit(MMRB2_IMAGE_REPO, {"image.zip": zip_bytes})
-    bench = upstream / MMRB2_ANNOTATION_REPO / "benchmark"
-    hub.add_raw_files(MMRB2_ANNOTATION_REPO, MMRB2_ANNOTATION_COMMIT,
-                      {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
-    monkeypatch.setenv("REWARDHOUSE_GITHUB_RAW", hub.url)
-    write_visualprm_sample(upstream)
     shard = (upstream / PARQUET_RELPATH).read_bytes()
-    prm_sha = hub.add_dataset_commit(VISUALPRM_REPO, {"README.md": b"# VisualPRM400K\n", PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: shard})
-    vlrb_sha = serve_vlrb(hub, upstream)
 
     assert main(["run", "--source", "hf"]) == 0
     assert "published" in capsys.readouterr().out

@@ -200,7 +200,7 @@ def connect_remote(remote: str, release: str | None = None):
     con = duckdb.connect()
     con.register_filesystem(_BucketFS.make())
     url = f"{FS_PROTOCOL}://{root.bucket}/{root.key('releases', rid, DATABASE)}"
-    con.execute(f"attach '{url}' as release (read_only)")
+    con.execute(f"attach '{url.replace(chr(39), chr(39) * 2)}' as release (read_only)")
     con.execute("use release")
     con.execute("create temp table releases (release_id varchar, created_at timestamptz, is_current boolean, "
                 "code_version varchar, row_counts json)")

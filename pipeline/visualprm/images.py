@@ -151,6 +151,31 @@ def _usable_entries(archive: Path, limits: ZipLimits, rejected: list[Rejection])
     return list(scan.entries.values())
 
 
+def suffix_matches(by_name: dict[str, list[tuple[tuple[str, ...], object]]], ref: str) -> tuple[list, int]:
+    """The values of `by_name` (file name -> [(path parts, value)]) whose path shares the longest
+    suffix with `ref`, whole components and a folder plus the file name at least; and that length."""
+    parts = PurePosixPath(ref).parts
+    if not parts or ".." in parts or ref.startswith("/"):
+        return [], 0
+    best, found = 0, []
+    for candidate, value in by_name.get(parts[-1], ()):
+        shared = 0
+        while shared < min(len(parts), len(candidate)) and parts[-1 - shared] == candidate[-1 - shared]:
+            shared += 1
+        if shared < min(2, len(parts), len(candidate)):
+            continue  # a shared file name in another folder is no match
+        if shared > best:
+            best, found = shared, [value]
+        elif shared == best:
+            found.append(value)
+    return found, best
+
+
+def embedded_keys(parquet_files: list[Path]) -> set[str]:
+    """The keys of the images the shards carry themselves (what needs no image root)."""
+    return {key for key, _ in _embedded(parquet_files)}
+
+
 class RootIndex:
     """One image root the user gave (`--images`): a folder, a zip, or a split zip named by its
     first part. Its files are indexed by file name; a reference resolves to the file whose path
@@ -178,19 +203,7 @@ class RootIndex:
 
     def locate(self, ref: str) -> tuple[tuple | None, str | None]:
         parts = PurePosixPath(ref).parts
-        if not parts or ".." in parts or ref.startswith("/"):
-            return None, None
-        best, found = 0, []
-        for candidate, location in self.by_name.get(parts[-1], ()):
-            shared = 0
-            while shared < min(len(parts), len(candidate)) and parts[-1 - shared] == candidate[-1 - shared]:
-                shared += 1
-            if shared < min(2, len(parts), len(candidate)):
-                continue  # a shared file name in another folder is no match
-            if shared > best:
-                best, found = shared, [location]
-            elif shared == best:
-                found.append(location)
+        found, best = suffix_matches(self.by_name, ref)
         if len(found) > 1:
             return None, (f"ambiguous in image root {self.root}: {len(found)} files end in "
                           f"{'/'.join(parts[-best:])!r}")
