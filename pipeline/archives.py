@@ -82,25 +82,27 @@ class RandomAccessFile(io.RawIOBase):
 
 
 class ConcatFile(RandomAccessFile):
-    """Several files read as one, each part opened when a read first reaches it."""
+    """Several files read as one, each part opened when a read first reaches it: local files, or
+    any seekable readers `open_part(i)` gives (parts of `sizes` bytes)."""
 
-    def __init__(self, parts: list[Path]):
+    def __init__(self, parts: list[Path], sizes: list[int] | None = None, open_part=None):
         self.parts = parts
-        self.sizes = [p.stat().st_size for p in parts]
-        self.starts = [sum(self.sizes[:i]) for i in range(len(parts))]
+        self.sizes = sizes if sizes is not None else [p.stat().st_size for p in parts]
+        self.starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
         self.size = sum(self.sizes)
         self.pos = 0
+        self.open_part = open_part or (lambda i: open(self.parts[i], "rb"))
         self.handles: dict[int, BinaryIO] = {}
 
     def _part(self, index: int) -> BinaryIO:
         if index not in self.handles:
-            self.handles[index] = open(self.parts[index], "rb")
+            self.handles[index] = self.open_part(index)
         return self.handles[index]
 
     def readinto(self, buffer) -> int:
         view, done = memoryview(buffer), 0
         while done < len(view) and self.pos < self.size:
-            index = next(i for i in range(len(self.parts) - 1, -1, -1) if self.starts[i] <= self.pos)
+            index = next(i for i in range(len(self.sizes) - 1, -1, -1) if self.starts[i] <= self.pos)
             fh = self._part(index)
             fh.seek(self.pos - self.starts[index])
             got = fh.readinto(view[done:done + min(len(view) - done, self.starts[index] + self.sizes[index] - self.pos)])

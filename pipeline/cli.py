@@ -198,7 +198,7 @@ def _run(args, state: dict) -> int:
         config["hf_images"] = True
     roots = args.images or env.image_roots()
     if roots:
-        config["image_roots"] = [str(Path(r).expanduser().resolve()) for r in roots]
+        config["image_roots"] = [r if r.startswith("s3://") else str(Path(r).expanduser().resolve()) for r in roots]
     config["executor"] = args.executor or ("ray" if env.ray_address() else "local")
     if env.ray_address():
         config["ray_address"] = env.ray_address()

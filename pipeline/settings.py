@@ -159,6 +159,8 @@ class Settings:
 def root_signature(root: str) -> dict:
     """An image root as the release id sees it: its path, and for an archive its parts' sizes and
     times (a folder's files are checksummed as they are read, into prm_images)."""
+    if str(root).startswith("s3://"):
+        return {"path": str(root)}
     path = Path(root).expanduser()
     out = {"path": str(path)}
     if path.is_file():

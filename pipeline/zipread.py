@@ -74,8 +74,22 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
 
     scan = ZipScan()
     try:
-        with open_zip(path) as zf:
-            infos = zf.infolist()
+        if str(path).startswith("s3://"):  # an archive in a bucket, read by range
+            from pipeline.sources.objects import open_object_archive
+
+            try:
+                fh = open_object_archive(str(path))
+                size = fh.raw.size if hasattr(fh, "raw") else fh.size
+                with fh, zipfile.ZipFile(fh) as zf:
+                    infos = zf.infolist()
+            except (ArchiveError, *READ_ERRORS):
+                raise
+            except Exception as exc:  # the object store's own errors (not found, denied, ...)
+                raise ArchiveError(f"{path}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
+        else:
+            size = None
+            with open_zip(path) as zf:
+                infos = zf.infolist()
     except ArchiveError as exc:
         scan.archive_error = str(exc)
         return scan
@@ -92,7 +106,7 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
     if total > limits.max_total_bytes:
         scan.archive_error = f"total uncompressed size {total} bytes exceeds the {limits.max_total_bytes}-byte limit"
         return scan
-    archive_bytes = max(archive_size(path), 1)
+    archive_bytes = max(size if size is not None else archive_size(path), 1)
     if total > limits.ratio_floor_bytes and total > limits.max_entry_ratio * archive_bytes:
         scan.archive_error = (
             f"archive inflates {total / archive_bytes:.0f}:1 (limit {limits.max_entry_ratio:.0f}:1): refusing a zip bomb"

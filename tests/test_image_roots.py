@@ -154,3 +154,45 @@ def test_without_image_roots_unresolved_references_are_a_decision_with_counts_by
     rows = {r["image_key"]: r for r in table.to_pylist()}
     assert rows["src/a.jpg"]["status"] == "unresolved" and rejected == []
     assert rows["src/a.jpg"]["problem"] == "not embedded, and no image root was given (--images)"
+
+
+def test_an_image_root_in_a_bucket_is_read_by_range_parts_and_all(tmp_path, monkeypatch):
+    """Split parts in moto's S3 server: the references resolve from them in place, each part read
+    by range; a missing part is named as a whole-file fault."""
+    import obstore
+    import pyarrow as pa
+    from obstore.store import S3Store
+
+    from pipeline.visualprm.images import ImageStore, inventory_prm_images
+    from tests.s3_server import aws_env, make_bucket, start_moto
+
+    proc, endpoint = start_moto()
+    try:
+        for key, value in aws_env(endpoint).items():
+            monkeypatch.setenv(key, value)
+        bucket = make_bucket(endpoint, "image-roots")
+        store = S3Store(bucket, config={"endpoint": endpoint, "region": "us-east-1"}, client_options={"allow_http": True})
+        refs = [f"Geometry3K/train/{i}/img_diagram.png" for i in range(8)]
+        entries = {f"VisualPRM400K/images/{r}": encode(photo(500 + i), "PNG") for i, r in enumerate(refs)}
+        parts, _ = split_straddling(build_zip(entries), tmp_path / "up")
+        for part in parts:
+            obstore.put(store, f"upstream/{part.name}", part)
+        shard = tmp_path / "train-0.parquet"
+        kind = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+        pq.write_table(pa.table({"id": [str(i) for i in range(8)], "messages": ["[]"] * 8,
+                                 "media": pa.array([[{"bytes": None, "path": r}] for r in refs], kind)}), shard)
+        root = f"s3://{bucket}/upstream/images.zip_aa"
+        table, rejected, hashed = inventory_prm_images(set(refs), [shard], None, [], ZipLimits(), ImageStore(tmp_path / "store"),
+                                                       image_roots=[root])
+        rows = {r["image_key"]: r for r in table.to_pylist()}
+        assert rejected == [] and len(hashed) == 8
+        assert {k: (r["status"], r["located_at"]) for k, r in rows.items()} == {
+            r: ("ok", f"{root}!VisualPRM400K/images/{r}") for r in refs}
+        obstore.delete(store, "upstream/images.zip_ab")
+        _, rejected, _ = inventory_prm_images(set(refs), [shard], None, [], ZipLimits(), ImageStore(tmp_path / "store2"),
+                                              image_roots=[root])
+        assert [(r.stage, r.record_key) for r in rejected][0] == ("file", "images.zip_aa")
+        assert "part images.zip_ab is missing" in rejected[0].reason
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections import OrderedDict
+from pathlib import Path
 from typing import BinaryIO
 
 from pipeline import env
@@ -86,6 +87,40 @@ def open_object(url: str, block: int = BLOCK_BYTES) -> BinaryIO:
     client = client_config()
     store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
     return io.BufferedReader(RangeFile(store, key, block), buffer_size=64 * 1024)  # type: ignore[return-value]
+
+
+def open_object_archive(url: str) -> BinaryIO:
+    """An archive in a bucket as one seekable file: one object, or a zip split into parts named by
+    its first (`…/images.zip_aa`), every part beside it read by range as one."""
+    from obstore.store import S3Store
+
+    from pipeline.archives import SPLIT, ArchiveError, ConcatFile, _next_suffix
+
+    bucket, _, key = url[len("s3://"):].partition("/")
+    folder, _, name = key.rpartition("/")
+    match = SPLIT.match(name)
+    if match is None:
+        return open_object(url)
+    client = client_config()
+    store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
+    import obstore
+
+    # object_store lists by whole path segments: list the folder, keep this archive's parts.
+    listed = {m["path"]: m["size"] for batch in obstore.list(store, prefix=folder or None) for m in batch
+              if m["path"].rpartition("/")[0] == folder and m["path"].rpartition("/")[2].startswith(match["stem"] + "_")}
+    suffix, keys = match["part"], []
+    if suffix.strip("a"):
+        raise ArchiveError(f"{url} is not the first part of a split archive")
+    while (part := f"{folder + '/' if folder else ''}{match['stem']}_{suffix}") in listed:
+        keys.append(part)
+        suffix = _next_suffix(suffix)
+    if not keys:
+        raise ArchiveError(f"{url}: no such object")
+    if len(keys) != len([k for k in listed if SPLIT.match(k.rpartition("/")[2])]):
+        raise ArchiveError(f"split archive {url}: part {match['stem']}_{suffix} is missing")
+    sizes = [listed[k] for k in keys]
+    raw = ConcatFile([Path(k) for k in keys], sizes, lambda i: RangeFile(store, keys[i]))
+    return io.BufferedReader(raw, buffer_size=64 * 1024)  # type: ignore[return-value]
 
 
 def open_local_or_object(path) -> BinaryIO:

@@ -119,9 +119,14 @@ def _fetch(location: tuple, limits: ZipLimits, open_zips: dict) -> tuple[bytes |
     """The bytes at a location `PathResolver.locate` found: ("file", path) or ("zip", zip, info)."""
     if location[0] == "file":
         return Path(location[1]).read_bytes(), None
-    z, info = Path(location[1]), location[2]
+    z, info = location[1], location[2]
     if z not in open_zips:
-        open_zips[z] = open_zip(z)
+        if z.startswith("s3://"):  # an archive in a bucket: its entries read by range
+            from pipeline.sources.objects import open_object_archive
+
+            open_zips[z] = zipfile.ZipFile(open_object_archive(z))
+        else:
+            open_zips[z] = open_zip(Path(z))
     try:
         return read_entry(open_zips[z], info, limits), None
     except Exception as exc:  # a damaged entry is a corrupt image, not a crash
@@ -144,10 +149,11 @@ def _path_unit(located: list[tuple[str, tuple]], store_root: str, limits: ZipLim
 def _usable_entries(archive: Path, limits: ZipLimits, rejected: list[Rejection]) -> list[zipfile.ZipInfo]:
     """The entries of an archive that may be read; a refused archive or entry is a rejection."""
     scan = scan_zip(archive, limits)
+    name = str(archive).rsplit("/", 1)[-1]
     if scan.archive_error:
-        rejected.append(Rejection(DATASET, FILE_STAGE, archive.name, scan.archive_error))
+        rejected.append(Rejection(DATASET, FILE_STAGE, name, scan.archive_error))
     for entry, reason in scan.refused:
-        rejected.append(Rejection(DATASET, "unpack", f"{archive.name}!{entry}", reason))
+        rejected.append(Rejection(DATASET, "unpack", f"{name}!{entry}", reason))
     return list(scan.entries.values())
 
 
@@ -185,11 +191,12 @@ class RootIndex:
     name (`train/18027/image.png` is not `train/18809/image.png`). Two best matches are
     ambiguous: unresolved, with why."""
 
-    def __init__(self, root: Path, limits: ZipLimits):
+    def __init__(self, root: Path | str, limits: ZipLimits):
         self.root = root
         self.by_name: dict[str, list[tuple[tuple[str, ...], tuple]]] = {}
         self.rejected: list[Rejection] = []
-        if root.is_dir():
+        if not str(root).startswith("s3://") and Path(root).is_dir():
+            root = Path(root)
             for folder, _, names in os.walk(root):
                 for name in names:
                     path = Path(folder) / name

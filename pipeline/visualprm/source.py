@@ -235,7 +235,7 @@ def upstream_image_archives(local_path: str | None) -> list[Path]:
 def image_roots(settings: Settings) -> list[Path]:
     """Where path references resolve after the dataset's own folder: the configured roots in
     order, then (for `local`) the upstream archives of the mirror."""
-    roots = [Path(r).expanduser() for r in settings.image_roots]
+    roots = [r if str(r).startswith("s3://") else Path(r).expanduser() for r in settings.image_roots]
     if settings.source == "local":
         roots += [a for a in upstream_image_archives(settings.local_path) if a not in roots]
     return roots
