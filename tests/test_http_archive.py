@@ -5,6 +5,7 @@ connection resumed."""
 from __future__ import annotations
 
 import functools
+import io
 import zipfile
 
 import pytest
@@ -26,7 +27,9 @@ def archive() -> tuple[dict[str, bytes], bytes]:
 @pytest.fixture
 def served():
     entries, data = archive()
-    cuts = [0, len(data) // 3 + 17, 2 * len(data) // 3 + 5, len(data)]
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        inside_directory = zf.start_dir + (len(data) - zf.start_dir) // 2
+    cuts = [0, len(data) // 3 + 17, inside_directory, len(data)]  # an entry and the directory straddle cuts
     parts = {f"images.zip_a{'abc'[i]}": data[a:b] for i, (a, b) in enumerate(zip(cuts, cuts[1:]))}
     with FakeHub() as hub:
         sha = hub.add_dataset_commit("OpenGVLab/VisualPRM400K", parts)

@@ -188,6 +188,14 @@ def test_an_image_root_in_a_bucket_is_read_by_range_parts_and_all(tmp_path, monk
         assert rejected == [] and len(hashed) == 8
         assert {k: (r["status"], r["located_at"]) for k, r in rows.items()} == {
             r: ("ok", f"{root}!VisualPRM400K/images/{r}") for r in refs}
+        # Loose images under a prefix are a root too.
+        for i, r in enumerate(refs):
+            obstore.put(store, f"loose/VisualPRM400K/{r}", entries[f"VisualPRM400K/images/{r}"])
+        table, rejected, _ = inventory_prm_images(set(refs), [shard], None, [], ZipLimits(), ImageStore(tmp_path / "store3"),
+                                                  image_roots=[f"s3://{bucket}/loose/"])
+        assert rejected == [] and {r["image_key"]: r["located_at"] for r in table.to_pylist()} == {
+            r: f"s3://{bucket}/loose/VisualPRM400K/{r}" for r in refs}
+        assert {r["image_key"]: r["sha256"] for r in table.to_pylist()} == {k: r["sha256"] for k, r in rows.items()}
         obstore.delete(store, "upstream/images.zip_ab")
         _, rejected, _ = inventory_prm_images(set(refs), [shard], None, [], ZipLimits(), ImageStore(tmp_path / "store2"),
                                               image_roots=[root])

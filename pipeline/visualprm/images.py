@@ -111,14 +111,43 @@ def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) 
 
 
 def describe(location: tuple) -> str:
-    """Where a reference was found, as `prm_images.located_at` says it: a file, or archive!entry."""
-    return location[1] if location[0] == "file" else f"{location[1]}!{location[2].filename}"
+    """Where a reference was found, as `prm_images.located_at` says it: a file or object, or archive!entry."""
+    return location[1] if location[0] in ("file", "object") else f"{location[1]}!{location[2].filename}"
+
+
+def archive_name(url: str) -> bool:
+    """An archive (`….zip`, `….zip_aa`) rather than a prefix of loose images."""
+    from pipeline.archives import SPLIT
+
+    name = url.rstrip("/").rpartition("/")[2]
+    return name.endswith(".zip") or SPLIT.match(name) is not None
+
+
+def _object_keys(prefix_url: str) -> list[str]:
+    """Every object under `s3://bucket/prefix/`, as s3:// URLs."""
+    import obstore
+    from obstore.store import S3Store
+
+    from pipeline.sources.objects import client_config
+
+    bucket, _, prefix = prefix_url[len("s3://"):].rstrip("/").partition("/")
+    client = client_config()
+    store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
+    return [f"s3://{bucket}/{m['path']}" for batch in obstore.list(store, prefix=prefix or None) for m in batch]
 
 
 def _fetch(location: tuple, limits: ZipLimits, open_zips: dict) -> tuple[bytes | None, str | None]:
     """The bytes at a location `PathResolver.locate` found: ("file", path) or ("zip", zip, info)."""
     if location[0] == "file":
         return Path(location[1]).read_bytes(), None
+    if location[0] == "object":
+        from pipeline.sources.objects import open_object
+
+        with open_object(location[1]) as fh:
+            data = fh.read(limits.max_entry_bytes + 1)
+        if len(data) > limits.max_entry_bytes:
+            return None, f"more than the {limits.max_entry_bytes}-byte limit"
+        return data, None
     z, info = location[1], location[2]
     if z not in open_zips:
         if z.startswith("s3://"):  # an archive in a bucket: its entries read by range
@@ -195,7 +224,10 @@ class RootIndex:
         self.root = root
         self.by_name: dict[str, list[tuple[tuple[str, ...], tuple]]] = {}
         self.rejected: list[Rejection] = []
-        if not str(root).startswith("s3://") and Path(root).is_dir():
+        if str(root).startswith("s3://") and not archive_name(str(root)):
+            for key in _object_keys(str(root)):  # loose images under a prefix of a bucket
+                self._add(tuple(key[len(str(root).rstrip("/")) + 1:].split("/")), ("object", key))
+        elif not str(root).startswith("s3://") and Path(root).is_dir():
             root = Path(root)
             for folder, _, names in os.walk(root):
                 for name in names:
