@@ -101,8 +101,8 @@ def visualprm_images(
         hub = {}
         hub_rejected = []
         if settings.source == "hf" and settings.hf_images and snapshot:
-            cache, report, hub_rejected = _resolve_from_hub(context, layout, settings, snapshot, refs)
-            roots.append(cache)
+            root, report, hub_rejected = _resolve_from_hub(context, layout, settings, snapshot, refs)
+            roots.append(root)
             hub = {"hf_images": report.as_dict()}
         if roots:
             context.log.info("visualprm images: image roots, in order: " + ", ".join(map(str, roots)))
@@ -140,7 +140,8 @@ def visualprm_images(
 
 def _resolve_from_hub(context, layout, settings, snapshot, refs: set[str]):
     """Fetch from OpenGVLab's archive on the Hub, by range, the images that path references need
-    and the shards do not carry; returns (the local folder they land in, the report, rejections)."""
+    and the shards do not carry, into the image store; returns (the root they make, the report,
+    rejections)."""
     from pipeline.sources.hf import _OPENER, _auth_header, _endpoint
     from pipeline.sources.http_archive import RangeError
     from pipeline.visualprm.hub_images import IMAGE_REPO, hub_parts, open_archive, resolve_from_hub
@@ -151,12 +152,12 @@ def _resolve_from_hub(context, layout, settings, snapshot, refs: set[str]):
     try:
         sha, names = hub_parts(IMAGE_REPO, settings.hf_revision(IMAGE_REPO), endpoint, None)
         source = open_archive(IMAGE_REPO, sha, names, endpoint, _auth_header(None), _OPENER)
-        cache = layout.raw_source("hf") / IMAGE_REPO / "entries"
-        report, rejected = resolve_from_hub(wanted, cache, source, IMAGE_REPO, sha,
-                                            budget_bytes=int(settings.hf_images_budget_gb * 1e9), log=context.log.info)
+        index = layout.raw_source("hf") / IMAGE_REPO / "fetched.json"
+        report, rejected, root = resolve_from_hub(wanted, ImageStore(layout.image_store), index, source, IMAGE_REPO, sha,
+                                                  budget_bytes=int(settings.hf_images_budget_gb * 1e9), log=context.log.info)
     except (RangeError, OSError, Exception) as exc:  # the Hub's own errors too: one line, naming the repo
         raise dg.Failure(description=f"hf images: {IMAGE_REPO}: {' '.join(str(exc).split())[:300]}") from None
-    return cache, report, rejected
+    return root, report, rejected
 
 
 @dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="2", tags={"dataset": "visualprm"})

@@ -17,6 +17,7 @@ from dedupe_images import encode, photo
 from pipeline.cli import main
 from pipeline.sources.http_archive import HttpParts, entry_span
 from pipeline.visualprm.hub_images import IMAGE_REPO, resolve_from_hub
+from pipeline.visualprm.images import ImageStore
 from pipeline.visualprm.sample import PARQUET_RELPATH
 from test_image_roots import build_zip
 
@@ -52,13 +53,19 @@ def test_hf_images_fetch_the_directory_and_the_referenced_entries_only(hub, home
     entries = {f"VisualPRM400K/images/{ref}": encode(photo(2000 + i), "JPEG", 90) for i, ref in enumerate(refs)}
     entries.update({f"VisualPRM400K/images/filler/{i:05d}.jpg": rng.randbytes(12_000) for i in range(99 * len(refs))})
     data = build_zip(dict(sorted(entries.items())))
-    hub.add_dataset_commit(IMAGE_REPO, split3(data))
+    commit = hub.add_dataset_commit(IMAGE_REPO, split3(data))
 
     assert main(["run", "--source", "hf", "--hf-images"]) == 0
     capsys.readouterr()
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         located = dict(con.execute("select image_key, located_at from prm_images where origin = 'path'").fetchall())
-    assert set(located) >= set(refs) and all(located[r] and located[r].endswith("/VisualPRM400K/images/" + r) for r in refs)
+    where = f"hf://datasets/{IMAGE_REPO}@{commit[:12]}!VisualPRM400K/images/"
+    assert set(located) >= set(refs) and all(located[r] == where + r for r in refs)
+    # One copy on disk: the fetched images went straight into the content-addressed store.
+    index = json.loads((home / "raw" / "hf" / IMAGE_REPO / "fetched.json").read_text())
+    assert sorted(index) == sorted(f"VisualPRM400K/images/{r}" for r in refs)
+    assert all((home / "images" / rel).is_file() for rel in index.values())
+    assert not list((home / "raw" / "hf" / IMAGE_REPO).rglob("*.jpg"))
     manifest = json.loads(next((home / "releases").glob("*/manifest.json")).read_text())
     assert manifest["summary"]["export"]["removed"]["unresolved_by_source"] == {}
     # Only the end of the archive (its directory) and the referenced entries were served.
@@ -91,11 +98,13 @@ def test_an_entry_damaged_on_every_fetch_is_quarantined_and_the_rest_resolve(hub
     source = HttpParts(urls, sizes)
     hub.serve_damaged(PARTS[0], times=2)  # the first entry's fetch and its second try are both damaged
     logged = []
-    report, rejected = resolve_from_hub(set(refs), tmp_path / "cache", source, IMAGE_REPO, sha, budget_bytes=0,
-                                        log=logged.append)
+    report, rejected, root = resolve_from_hub(set(refs), ImageStore(tmp_path / "store"), tmp_path / "fetched.json", source,
+                                              IMAGE_REPO, sha, budget_bytes=0, log=logged.append)
     assert [(r.stage, r.record_key) for r in rejected] == [("resolve", "src/0.jpg")] and "fetched twice" in rejected[0].reason
     assert report.entries_fetched == 5 and report.damaged == ["src/0.jpg"]
-    assert sorted(p.name for p in (tmp_path / "cache" / "top" / "src").iterdir()) == [f"{i}.jpg" for i in range(1, 6)]
+    assert sorted(json.loads((tmp_path / "fetched.json").read_text())) == [f"top/src/{i}.jpg" for i in range(1, 6)]
+    assert len(list((tmp_path / "store").rglob("*.jpg"))) == 5
+    assert root.locate("src/0.jpg") == (None, None) and root.locate("src/3.jpg")[0][0] == "hub"
     assert "a full resolve fetches" in logged[0] and "% of the archive" in logged[0]
 
 
@@ -103,8 +112,9 @@ def test_an_entry_damaged_on_every_fetch_is_quarantined_and_the_rest_resolve(hub
 def test_a_budget_bounds_what_a_run_fetches_and_the_next_run_goes_on(hub, tmp_path):
     refs, sha, urls, sizes = small_archive(hub, 8, 4000)
     first = HttpParts(urls, sizes)
-    report, _ = resolve_from_hub(set(refs), tmp_path / "cache", first, IMAGE_REPO, sha, budget_bytes=sum(sizes) // 2)
+    store, index = ImageStore(tmp_path / "store"), tmp_path / "fetched.json"
+    report, _, _ = resolve_from_hub(set(refs), store, index, first, IMAGE_REPO, sha, budget_bytes=sum(sizes) // 2)
     assert 0 < report.entries_fetched < 8 and report.over_budget == 8 - report.entries_fetched
     assert report.fetched_bytes <= sum(sizes) // 2
-    again, _ = resolve_from_hub(set(refs), tmp_path / "cache", HttpParts(urls, sizes), IMAGE_REPO, sha, budget_bytes=0)
+    again, _, _ = resolve_from_hub(set(refs), store, index, HttpParts(urls, sizes), IMAGE_REPO, sha, budget_bytes=0)
     assert again.entries_cached == report.entries_fetched and again.entries_fetched == 8 - report.entries_fetched

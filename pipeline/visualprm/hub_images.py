@@ -1,14 +1,17 @@
 """VisualPRM path references resolved from OpenGVLab's image archives on the Hub without
 downloading them: the (split) archive's central directory is read from its end by HTTP range
 requests, and only the entries the references need are fetched, by range, each with its CRC and
-size checked. Fetched entries land in a local folder under their archive path, which then serves
-as one more image root (so the inventory stores them content-addressed, as any image). A rerun,
-or a run after a kill, fetches only what is not there yet. A byte budget bounds a run; before
-fetching, the log says what a full resolve costs against the archive's size.
+size checked. A fetched entry goes straight into the content-addressed image store (one copy on
+disk), and an index file maps the archive's entry names to it; the index then serves as one more
+image root (`HubRoot`). A rerun, or a run after a kill, fetches only what the index lacks. A byte
+budget bounds a run; before fetching, the log says what a full resolve costs against the archive.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import re
 import time
@@ -99,11 +102,56 @@ def _match(by_name, ref: str) -> zipfile.ZipInfo | None:
     return found[0] if len(found) == 1 else None
 
 
-def resolve_from_hub(refs: set[str], cache: Path, source: HttpParts, repo: str, sha: str, *, budget_bytes: int,
-                     log: Log = lambda s: None, every: float = 5.0) -> tuple[HubResolve, list[Rejection]]:
-    """Fetch into `cache` the entries of the archive behind `source` that answer `refs` (those not
-    already there), within `budget_bytes` (0: no limit). Returns the report and the rejections of
-    entries whose bytes stayed damaged after a second fetch."""
+class HubRoot:
+    """An image root made of the entries fetched so far: archive entry name -> the stored file.
+    References resolve as against a local root (`images.suffix_matches`)."""
+
+    def __init__(self, index: dict[str, str], store_root: Path, label: str):
+        self.by_name: dict[str, list] = {}
+        self.rejected: list[Rejection] = []
+        self.root = label
+        for entry, rel in index.items():
+            parts = PurePosixPath(entry).parts
+            self.by_name.setdefault(parts[-1], []).append((parts, ("hub", f"{label}!{entry}", str(store_root / rel))))
+
+    def locate(self, ref: str) -> tuple[tuple | None, str | None]:
+        found, _ = suffix_matches(self.by_name, ref)
+        return (found[0], None) if len(found) == 1 else (None, None)
+
+
+def _read_index(path: Path) -> dict[str, str]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_index(path: Path, index: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    tmp.write_text(json.dumps(index, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _format(data: bytes) -> str | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.format
+    except Exception:  # not an image: the inventory calls it corrupt
+        return None
+
+
+def resolve_from_hub(refs: set[str], store, index_path: Path, source: HttpParts, repo: str, sha: str, *,
+                     budget_bytes: int, log: Log = lambda s: None, every: float = 5.0,
+                     save_every: int = 200) -> tuple[HubResolve, list[Rejection], HubRoot]:
+    """Fetch the entries of the archive behind `source` that answer `refs` and the index at
+    `index_path` lacks, within `budget_bytes` (0: no limit), into the content-addressed `store`
+    (an `images.ImageStore`). Returns the report, the rejections of entries whose bytes stayed
+    damaged after a second fetch, and the root the index now makes."""
+    index = _read_index(index_path)
+    index = {e: rel for e, rel in index.items() if (store.root / rel).is_file()}
     zf = zipfile.ZipFile(source)
     directory = source.traffic.bytes
     by_name = _index(zf.infolist())
@@ -114,12 +162,11 @@ def resolve_from_hub(refs: set[str], cache: Path, source: HttpParts, repo: str, 
         if info is None:
             continue
         report.in_archive += 1
-        target = cache / info.filename
-        if target.is_file() and target.stat().st_size == info.file_size:
+        if info.filename in index:
             report.entries_cached += 1
             continue
-        todo.append((ref, info, target))
-    need = sum(entry_span(info)[1] for _, info, _ in todo)
+        todo.append((ref, info))
+    need = sum(entry_span(info)[1] for _, info in todo)
     report.planned_bytes = directory + need
     log(f"hf images: {report.in_archive} of {len(refs)} path references are in {repo}@{sha[:12]} "
         f"({_human(source.size)}); a full resolve fetches {_human(report.planned_bytes)} "
@@ -128,7 +175,7 @@ def resolve_from_hub(refs: set[str], cache: Path, source: HttpParts, repo: str, 
     rejected: list[Rejection] = []
     started = said = time.monotonic()
     fetched = 0
-    for ref, info, target in todo:
+    for ref, info in todo:
         span = entry_span(info)[1]
         if budget_bytes and source.traffic.bytes + span > budget_bytes:
             report.over_budget += 1
@@ -140,21 +187,21 @@ def resolve_from_hub(refs: set[str], cache: Path, source: HttpParts, repo: str, 
             rejected.append(Rejection(DATASET, "resolve", ref,
                                       f"damaged in {repo}@{sha[:12]} ({info.filename}): {exc}; fetched twice"))
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        index[info.filename] = store.put(hashlib.sha256(data).hexdigest(), _format(data), data)
         fetched += span
         report.entries_fetched += 1
+        if report.entries_fetched % save_every == 0:  # a kill loses at most this many fetches
+            _write_index(index_path, index)
         now = time.monotonic()
         if now - said >= every:
             rate = fetched / max(now - started, 1e-9)
             left = need - fetched
             log(f"hf images: fetched {_human(fetched)} of {_human(need)} ({_human(rate)}/s, ETA {left / max(rate, 1):.0f} s)")
             said = now
+    _write_index(index_path, index)
     report.fetched_bytes, report.requests = source.traffic.bytes, source.traffic.requests
     if report.over_budget:
         log(f"hf images: {report.over_budget} entries left unfetched: over the budget of {_human(budget_bytes)}")
     log(f"hf images: fetched {_human(report.fetched_bytes)} in {report.requests} requests "
         f"({report.entries_fetched} entries; {len(report.damaged)} damaged)")
-    return report, rejected
+    return report, rejected, HubRoot(index, store.root, f"hf://datasets/{repo}@{sha[:12]}")

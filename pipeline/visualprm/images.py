@@ -112,7 +112,9 @@ def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) 
 
 def describe(location: tuple) -> str:
     """Where a reference was found, as `prm_images.located_at` says it: a file or object, or archive!entry."""
-    return location[1] if location[0] in ("file", "object") else f"{location[1]}!{location[2].filename}"
+    if location[0] == "zip":
+        return f"{location[1]}!{location[2].filename}"
+    return location[1]  # a file, an object, or ("hub", where it came from, the stored file)
 
 
 def archive_name(url: str) -> bool:
@@ -140,6 +142,8 @@ def _fetch(location: tuple, limits: ZipLimits, open_zips: dict) -> tuple[bytes |
     """The bytes at a location `PathResolver.locate` found: ("file", path) or ("zip", zip, info)."""
     if location[0] == "file":
         return Path(location[1]).read_bytes(), None
+    if location[0] == "hub":
+        return Path(location[2]).read_bytes(), None
     if location[0] == "object":
         from pipeline.sources.objects import open_object
 
@@ -267,7 +271,7 @@ class PathResolver:
                 parts = PurePosixPath(name).parts
                 if len(parts) > 1:
                     self.index.setdefault(str(PurePosixPath(*parts[1:])), (z, info))
-        self.roots = [RootIndex(r, limits) for r in image_roots]
+        self.roots = [r if hasattr(r, "locate") else RootIndex(r, limits) for r in image_roots]
         for r in self.roots:
             self.rejected.extend(r.rejected)
         self._open: dict[Path, zipfile.ZipFile] = {}
