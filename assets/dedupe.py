@@ -4,21 +4,22 @@ and contamination, by the one engine (pipeline/dedupe/engine.py)."""
 import time
 
 import dagster as dg
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import datasets
-from pipeline.dedupe.decisions import HASHES_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, thumb_file
-from pipeline.dedupe.engine import ENGINE_VERSION, ROUTES
+from pipeline.dedupe.decisions import (
+    HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, near_misses, thumb_file,
+)
+from pipeline.review.overrides import OverridesError
+from pipeline.dedupe.engine import ENGINE_VERSION
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import Staged, write_staged, write_staged_stream
 from pipeline.stopping import stop_point
 
-from assets.common import bars, plain_counts, preview, reuse_or_run, staging_key
+from assets.common import bars, md, plain_counts, preview, reuse_or_run, staging_key
 
 GROUP = "dedupe"
-NEAR_MISSES = 1000  # rejected candidate pairs kept for review, best scores first
 
 
 IMAGE_ASSETS = tuple(dict.fromkeys(d.image_asset for d in datasets.DATASETS))
@@ -48,7 +49,7 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="3")
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="4")
 def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: Staged) -> dg.Output[Staged]:
     """Candidate pairs from the exact multi-index search (pHash, crop and top/bottom region hashes
     within the radius), each verified on the thumbnails (near | crop | overlay, with a score);
@@ -56,19 +57,25 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     train images that are the same as, or a verified near-copy of, an image of an eval set
     (every eval set against every train set of the registry)."""
     settings = rewardhouse.settings()
+    try:
+        overrides = settings.load_overrides()
+    except OverridesError as exc:
+        raise dg.Failure(description=f"reviewers' overrides cannot be used: {exc}") from None
     signatures = image_hashes.internal["image_signatures"]
     key = staging_key(None, {"h": image_hashes.tables, "s": signatures, "r": settings.dedupe_max_distance,
-                             "engine": ENGINE_VERSION}, context)
+                             "engine": ENGINE_VERSION, "overrides": overrides.digest()}, context)
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
     def compute():
         rows = pq.read_table(signatures, columns=[c for c in SIGNATURE_SCHEMA.names if c != "thumb"])
         thumbs = thumb_file(signatures, out / "internal" / "thumbs.npy")
         start = time.perf_counter()
-        clusters, contamination, result = find_duplicates(rows, settings.dedupe_max_distance, thumbs=thumbs, stop=stop_point)
+        clusters, contamination, result = find_duplicates(rows, settings.dedupe_max_distance, thumbs=thumbs,
+                                                          stop=stop_point, overrides=overrides)
         seconds = time.perf_counter() - start
-        tables = {"duplicate_clusters": clusters, "contamination": contamination}
-        internal = {"near_misses": near_misses(rows, result)}
+        applied = result.applied if result is not None else OVERRIDES_APPLIED_SCHEMA.empty_table()
+        tables = {"duplicate_clusters": clusters, "contamination": contamination,
+                  "dedupe_near_misses": near_misses(rows, result), "dedupe_overrides": applied}
         kinds = clusters.group_by(["dataset", "kind"]).aggregate([("image_key", "count")]).to_pylist() if clusters.num_rows else []
         n_clusters = len(set(clusters["cluster_id"].to_pylist()))
         n = max(rows.num_rows, 1)
@@ -95,29 +102,18 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
                                                 str(contamination.num_rows))]),
             **{f"contamination_{ev}": contamination["eval_dataset"].to_pylist().count(ev) for ev in datasets.eval_sets()},
             "contamination_preview": preview(contamination),
+            "overrides": md(_overrides_md(overrides, applied)),
         }
-        return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata
+        return Staged(tables=write_staged(out, tables)), metadata
 
     return reuse_or_run(context, out, compute)
 
 
-NEAR_MISS_SCHEMA = pa.schema([
-    ("dataset_a", pa.string()), ("image_key_a", pa.string()), ("dataset_b", pa.string()), ("image_key_b", pa.string()),
-    ("route", pa.string()), ("route_distance", pa.int32()), ("score", pa.float32()),
-])
-
-
-def near_misses(rows: pa.Table, result) -> pa.Table:
-    """The candidate pairs verification refused, best scores first (at most NEAR_MISSES)."""
-    if result is None or len(result.rejected) == 0:
-        return NEAR_MISS_SCHEMA.empty_table()
-    r = result.rejected
-    top = np.argsort(-r.score, kind="stable")[:NEAR_MISSES]
-    rep = result.node_rep
-    a, b = rep[r.a[top]], rep[r.b[top]]
-    ds, keys = rows["dataset"], rows["image_key"]
-    return pa.table({
-        "dataset_a": ds.take(a), "image_key_a": keys.take(a), "dataset_b": ds.take(b), "image_key_b": keys.take(b),
-        "route": pa.array([ROUTES[i] for i in r.route[top]]), "route_distance": pa.array(r.distance[top].astype(np.int32)),
-        "score": pa.array(r.score[top], pa.float32()),
-    }, schema=NEAR_MISS_SCHEMA)
+def _overrides_md(overrides, applied: pa.Table) -> str:
+    if not overrides:
+        return f"No reviewer overrides (none in `{overrides.path}`)."
+    lines = [f"{len(overrides.decisions)} decisions from `{overrides.path}` (revision {overrides.revision}):", "",
+             "| # | decision | images | effect |", "|---|---|---|---|"]
+    for r in applied.to_pylist():
+        lines.append(f"| {r['number']} | {r['decision']} | {r['images']} | {r['effect']} |")
+    return "\n".join(lines)

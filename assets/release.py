@@ -83,9 +83,63 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
     )
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1", pool="warehouse")
+REVIEW_DIR = "review"
+
+
+@dg.asset(group_name="dedupe", kinds={"html"}, code_version="1",
+          ins={"release_candidate": dg.AssetIn(), **{name: dg.AssetIn(name) for name in RAW_INPUTS.values()}})
+def dedupe_review(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate,
+                  **raw) -> dg.Output[dict]:
+    """A static HTML page of the candidate's dedupe decisions (pipeline/review): every
+    contamination pair side by side, the largest clusters and a sample of the others, a sample of
+    the near-misses, the reviewers' overrides and what they did; thumbnails made once per image
+    content. Published with the release as `releases/<id>/review/index.html`."""
+    from pipeline.review.release import review_release
+    from warehouse.duck import schema_for
+
+    layout = rewardhouse.layout()
+    candidate = release_candidate
+    snapshots = {name: snapshot_of(raw[asset]) for name, asset in RAW_INPUTS.items()}
+    out = Path(candidate.dir) / REVIEW_DIR
+    stats = review_release(out, {k: Path(v) for k, v in candidate.tables.items()}, snapshots, layout,
+                           candidate.release_id, schema_for(candidate.release_id))
+    context.log.info(f"review page {stats.path}: {stats.contamination_pairs} contamination pairs, {stats.clusters_shown} of "
+                     f"{stats.clusters} clusters, {stats.near_misses_shown} near-misses, {stats.thumbnails_made} thumbnails "
+                     f"made, in {stats.seconds:.1f} s")
+    return dg.Output({"dir": str(out), "release_id": candidate.release_id}, metadata=review_metadata(stats, out))
+
+
+def review_metadata(stats, out: Path) -> dict:
+    """The page's link and a preview of the top contamination pairs. Dagster's markdown keeps only
+    http(s) image sources (its sanitiser drops file: and data: URLs), so the preview is a table."""
+    lines = ["| train image | eval image | thumbnails (in the page's folder) |", "|---|---|---|"]
+    for train, ev in stats.top_pairs:
+        lines.append(f"| {train[0]}:{train[1]} | {ev[0]}:{ev[1]} | {train[6] or '-'} · {ev[6] or '-'} |")
+    return {
+        "review_page": dg.MetadataValue.path(str(stats.path)),
+        "review_url": dg.MetadataValue.url(stats.path.resolve().as_uri()),
+        "contamination_pairs": stats.contamination_pairs,
+        "clusters": stats.clusters,
+        "clusters_shown": stats.clusters_shown,
+        "near_misses_shown": stats.near_misses_shown,
+        "overrides": stats.overrides,
+        "thumbnails_made": stats.thumbnails_made,
+        "page_bytes": stats.page_bytes,
+        "seconds": round(stats.seconds, 2),
+        "top_contamination": dg.MetadataValue.md("\n".join(lines) if stats.top_pairs else "no contamination pair"),
+    }
+
+
+def review_files(review_dir: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """A staged review folder as the publish step takes it: the page (checksummed) and thumbnails (linked)."""
+    thumbs = {p.relative_to(review_dir / "thumbs").as_posix(): p for p in sorted((review_dir / "thumbs").rglob("*.jpg"))}
+    return {f"{REVIEW_DIR}/index.html": review_dir / "index.html"}, thumbs
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="2", pool="warehouse")
 def warehouse_release(
-    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate
+    context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate,
+    dedupe_review: dict,
 ) -> dg.MaterializeResult:
     """Publish the judged candidate as an immutable release (with its check results in
     `quality_results`) and point the warehouse at it. Runs only when no blocking check failed."""
@@ -110,6 +164,10 @@ def warehouse_release(
     )
     export = Staged.from_record(candidate.export)
     rows = export.rows
+    if dedupe_review.get("release_id") != release_id:
+        raise dg.Failure(description=f"the review page was made for release {dedupe_review.get('release_id')}, "
+                                     f"not {release_id}; materialize dedupe_review with the candidate")
+    review_page, review_thumbs = review_files(Path(dedupe_review["dir"]))
     store = ReleaseStore(layout.releases)
     manifest, published, pruned = publish_release(
         store,
@@ -121,8 +179,9 @@ def warehouse_release(
         code_version=TRANSFORM_VERSION,
         sources=candidate.sources,
         settings=candidate.settings,
-        files={rel: Path(p) for rel, p in export.exports.items()},
-        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in export.images.items()}},
+        files={**{rel: Path(p) for rel, p in export.exports.items()}, **review_page},
+        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in export.images.items()},
+              f"{REVIEW_DIR}/thumbs": review_thumbs},
         rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
         summary={"export": {"dataset": export.dataset, "rows": rows, "removed": export.removed}},
     )
@@ -147,6 +206,7 @@ def warehouse_release(
             **remote,
             "warehouse": dg.MetadataValue.path(str(layout.warehouse)),
             "release_dir": dg.MetadataValue.path(str(store.path(release_id))),
+            "review_page": dg.MetadataValue.path(str(store.path(release_id) / REVIEW_DIR / "index.html")),
             **{f"rows_{t}": dg.MetadataValue.int(n) for t, n in manifest.row_counts.items()},
         }
     )

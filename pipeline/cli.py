@@ -199,6 +199,8 @@ def _run(args, state: dict) -> int:
     roots = args.images or env.image_roots()
     if roots:
         config["image_roots"] = [r if r.startswith("s3://") else str(Path(r).expanduser().resolve()) for r in roots]
+    if env.overrides():
+        config["overrides"] = env.overrides()
     config["executor"] = args.executor or ("ray" if env.ray_address() else "local")
     if env.ray_address():
         config["ray_address"] = env.ray_address()
@@ -283,6 +285,9 @@ def _run(args, state: dict) -> int:
 
     status = "published" if md.get("published") else "unchanged (no new release)"
     print(f"release {md.get('release_id')}: {status}")
+    review = f"{layout.remote}/releases/{md.get('release_id')}/review/index.html" if layout.remote else md.get("review_page")
+    if review:
+        print(f"review the dedupe and contamination decisions: {review}  (rewardhouse review)")
     if layout.remote:
         print(f"data root: {layout.remote} (scratch: {layout.root})")
         print("try, from any machine with the bucket's URL and credentials:")
@@ -475,6 +480,12 @@ def cmd_dedupe(args) -> int:
     print(file=sys.stderr)
     for path, reason in result.errors:
         print(f"rewardhouse: skipped unreadable {path}: {reason}", file=sys.stderr)
+    if args.report:
+        from pipeline.dedupe.folder import write_report
+
+        stats = write_report(root, result, Path(args.report))
+        print(f"wrote {stats.path} ({stats.clusters_shown} of {stats.clusters} clusters shown, "
+              f"{stats.thumbnails_made} thumbnails made, {stats.seconds:.1f}s)", file=sys.stderr)
     text = result.to_csv()
     if args.output:
         Path(args.output).write_text(text)
@@ -488,6 +499,102 @@ def cmd_dedupe(args) -> int:
         + (f"; wrote {args.output}" if args.output else ""),
         file=sys.stderr,
     )
+    return 0
+
+
+def _open_in_browser(target: str) -> bool:
+    """Open a page when there is a screen to show it on (never on a headless machine or in CI)."""
+    import webbrowser
+
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") or sys.platform in ("darwin", "win32")):
+        return False
+    try:
+        return webbrowser.open(target)
+    except webbrowser.Error:
+        return False
+
+
+def cmd_review(args) -> int:
+    from warehouse.store import ReleaseStore
+
+    layout = Layout()
+    if layout.remote:
+        from warehouse.remote import manifests
+
+        found, current = manifests(layout.remote)
+        ids = [m.release_id for m in found]
+        release = args.release or current
+        if release is None or release not in ids:
+            return _fail(f"no release {args.release or ''} in {layout.remote}".replace("  ", " "), 2)
+        print(f"{layout.remote}/releases/{release}/review/index.html")
+        print("(in the bucket: open it through your store's web endpoint, or copy the review/ folder and open index.html)")
+        return 0
+    store = ReleaseStore(layout.releases)
+    release = args.release or store.current()
+    if release is None:
+        return _fail(f"no release in {layout.releases}; run `rewardhouse run` first", 2)
+    if not store.exists(release):
+        known = ", ".join(m.release_id for m in store.list()[:5])
+        return _fail(f"no release {release} in {layout.releases} (known: {known or 'none'})", 2)
+    page = store.path(release) / "review" / "index.html"
+    if not page.is_file():
+        return _fail(f"release {release} has no review page (published before review pages existed); "
+                     "the next `rewardhouse run` publishes one", 1)
+    print(page)
+    if not args.no_open and _open_in_browser(page.as_uri()):
+        print("opened in your browser", file=sys.stderr)
+    return 0
+
+
+def _image_exists(layout: Layout, ref: str) -> bool | None:
+    """Whether the current release hashed an image of that name (None: no warehouse to ask)."""
+    try:
+        con = _connect_readonly(layout)
+    except (FileNotFoundError, OSError):
+        return None
+    try:
+        head, _, rest = ref.partition(":")
+        if head == "sha256":
+            row = con.execute("select count(*) from image_hashes where sha256 = ?", [rest.lower()]).fetchone()
+        else:
+            row = con.execute("select count(*) from image_hashes where dataset = ? and image_key = ?", [head, rest]).fetchone()
+        return bool(row and row[0])
+    except Exception:
+        return None
+    finally:
+        con.close()
+
+
+def cmd_override(args) -> int:
+    from pipeline.review import overrides as ov
+
+    layout = Layout()
+    path = args.file or env.overrides() or layout.overrides
+    try:
+        if args.action == "list":
+            found = ov.load(path)
+            if not found.decisions:
+                print(f"no decisions in {path}")
+            for i, d in enumerate(found.decisions, 1):
+                print(f"{i}. {d.label}" + (f" — {d.reason}" if d.reason else "") + (f" ({d.by}, {d.at})" if d.by or d.at else ""))
+            return 0
+        if args.action == "remove":
+            out = ov.remove(path, args.number)
+            print(f"removed decision {args.number}; {path} is at revision {out.revision} "
+                  f"({len(out.decisions)} decisions); the next `rewardhouse run` publishes a release without it")
+            return 0
+        decision = args.action.replace("-", "_")
+        images = [args.a, args.b] if decision != "not_leak" else [args.train] + ([args.eval] if args.eval else [])
+        for ref in images:
+            if _image_exists(layout, ref) is False:
+                print(f"rewardhouse: warning: the current release has no hashed image named {ref}; "
+                      "the decision is recorded and will show as not applied until one exists", file=sys.stderr)
+        out = ov.add(path, decision, images, args.reason or "")
+    except ov.OverridesError as exc:
+        return _fail(str(exc), 2)
+    print(f"recorded: {out.decisions[-1].label}")
+    print(f"{path} is at revision {out.revision} ({len(out.decisions)} decisions); "
+          "the next `rewardhouse run` applies it in a new release")
     return 0
 
 
@@ -593,11 +700,39 @@ def build_parser() -> argparse.ArgumentParser:
     dd.add_argument("--explain", nargs=2, metavar=("A", "B"),
                     help="print how the engine judges two files (paths relative to DIR or absolute) and exit")
     dd.add_argument("--output", help="CSV file to write (default: standard output)")
+    dd.add_argument("--report", metavar="FILE.html",
+                    help="also write a review page: clusters side by side and near-misses, with thumbnails in "
+                         "FILE_files/ beside it")
     dd.add_argument("--workers", type=int, default=0, help="hashing processes (default: every core)")
     dd.add_argument("--executor", choices=("local", "ray"), default=None,
                     help="hash on this machine's process pool, or on Ray (REWARDHOUSE_RAY_ADDRESS, else a local "
                          "Ray instance; DIR must be readable on every node); default: ray when that is set")
     dd.set_defaults(func=cmd_dedupe)
+
+    rv = sub.add_parser("review", help="print the path of a release's review page (dedupe clusters, contamination, "
+                                       "near-misses, overrides) and open it when a browser is there")
+    rv.add_argument("release", nargs="?", help="a release id (default: the current release)")
+    rv.add_argument("--no-open", action="store_true", help="only print the path")
+    rv.set_defaults(func=cmd_review)
+
+    ov = sub.add_parser("override", help="record a reviewer's decision on dedupe (applied by the next run, part of "
+                                         "the release id); images are <dataset>:<image_key> or sha256:<hex>")
+    ov.add_argument("--file", help="the overrides file (default: REWARDHOUSE_OVERRIDES, else overrides.json in the data root)")
+    ovs = ov.add_subparsers(dest="action", required=True)
+    for name, what in (("not-duplicates", "these two images are not duplicates"),
+                       ("duplicates", "always treat these two images as duplicates")):
+        p = ovs.add_parser(name, help=what)
+        p.add_argument("a")
+        p.add_argument("b")
+        p.add_argument("--reason", default="")
+    p = ovs.add_parser("not-leak", help="this train image is not a leak (of any eval image, or of --eval only)")
+    p.add_argument("train")
+    p.add_argument("--eval", help="only against this eval image")
+    p.add_argument("--reason", default="")
+    ovs.add_parser("list", help="list the decisions")
+    p = ovs.add_parser("remove", help="drop decision N (as `list` numbers them)")
+    p.add_argument("number", type=int)
+    ov.set_defaults(func=cmd_override)
 
     gc = sub.add_parser("gc", help="remove staged work and GX validation results no run has used for a while "
                                    "(releases are never touched)")

@@ -45,6 +45,11 @@ def image_roots() -> list[str]:
     return [r for r in (_get("REWARDHOUSE_IMAGE_ROOTS") or "").split(os.pathsep) if r]
 
 
+def overrides() -> str | None:
+    """REWARDHOUSE_OVERRIDES: the reviewers' overrides file (default: overrides.json in the data root)."""
+    return _get("REWARDHOUSE_OVERRIDES")
+
+
 def dagster_home() -> str | None:
     """DAGSTER_HOME: Dagster's instance folder (default: <data root>/dagster)."""
     return _get("DAGSTER_HOME")

@@ -43,6 +43,8 @@ class _Resource(dg.ConfigurableResource):
     # hf source: fetch the images path references need from OpenGVLab's archives by range (see Settings).
     hf_images: bool = False
     hf_images_budget_gb: float = 0.0
+    # Reviewers' overrides of dedupe decisions (JSON); empty: overrides.json in the data root.
+    overrides: Optional[str] = None
 
     def settings(self) -> Settings:
         stop_point()  # every asset starts by asking: a stop asked for ends the run here
@@ -65,6 +67,7 @@ class _Resource(dg.ConfigurableResource):
             image_roots=tuple(self.image_roots),
             hf_images=self.hf_images,
             hf_images_budget_gb=self.hf_images_budget_gb,
+            overrides=self.overrides or Layout(self.home or None).overrides,
             quality=self.quality(),
         )
 
@@ -113,4 +116,5 @@ def default_resource() -> RewardhouseResource:
         max_image_pixels=env.max_image_pixels(DEFAULT_MAX_IMAGE_PIXELS),
         allow_unusable_files=env.allow_unusable_files(),
         image_roots=env.image_roots(),
+        overrides=env.overrides(),
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline import env
 
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
-TRANSFORM_VERSION = "4"
+TRANSFORM_VERSION = "5"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,6 +128,14 @@ class Settings:
     # range (off by default: the full archives are 70 GB), fetching at most this many GB a run (0: no bound).
     hf_images: bool = False
     hf_images_budget_gb: float = 0.0
+    # Reviewers' overrides of dedupe decisions (pipeline/review/overrides.py): a JSON file, by
+    # default `overrides.json` in the data root; its decisions are part of the release id.
+    overrides: str | None = None
+
+    def load_overrides(self):
+        from pipeline.review.overrides import load
+
+        return load(self.overrides)
 
     def image_executor(self):
         from pipeline.dedupe.executor import Executor
@@ -153,6 +161,8 @@ class Settings:
             "quality": asdict(self.quality),
             "image_roots": [root_signature(r) for r in self.image_roots],
             "hf_images": self.hf_images,
+            # Only when there are decisions, so a data root without any keeps its release ids.
+            **({"overrides": digest} if (digest := self.load_overrides().digest()) else {}),
         }
 
 
@@ -218,6 +228,11 @@ class Layout:
     @property
     def dagster_home(self) -> Path:
         return self.root / "dagster"
+
+    @property
+    def overrides(self) -> str:
+        """The default reviewers' overrides file (in the bucket for a bucket root)."""
+        return f"{self.remote}/overrides.json" if self.remote else str(self.root / "overrides.json")
 
 
 # VisualPRM400K (process-supervision training data): the parquet release on the Hub, and the

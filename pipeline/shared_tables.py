@@ -6,7 +6,11 @@ from __future__ import annotations
 from pipeline.contract import (
     BOOL, FLOAT, INT, INT64, STRING, TableContract, between, in_set, not_null, null, sha256, unique, where,
 )
-from pipeline.dedupe.verify import KINDS as DEDUPE_KINDS
+from pipeline.dedupe.engine import OVERRIDE_KIND, ROUTES
+from pipeline.review.overrides import DECISIONS
+from pipeline.dedupe.verify import KINDS
+
+DEDUPE_KINDS = (*KINDS, OVERRIDE_KIND)  # override: a pair a reviewer joined (pipeline/review/overrides.py)
 from pipeline.settings import QualitySettings
 
 HASH_BITS = 64
@@ -59,6 +63,26 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
         *in_set("kind", DEDUPE_KINDS),
         *between("score", -1.0, 1.0),
     ), description="train images that are copies of an eval image, per eval set")
+    near_misses = TableContract("dedupe_near_misses", {
+        "dataset_a": STRING, "image_key_a": STRING, "dataset_b": STRING, "image_key_b": STRING,
+        "route": STRING, "route_distance": INT, "score": FLOAT,
+    }, (
+        *not_null("dataset_a", "image_key_a", "dataset_b", "image_key_b", "route", "route_distance", "score"),
+        *in_set("dataset_a", names),
+        *in_set("dataset_b", names),
+        *in_set("route", ROUTES),
+        *between("route_distance", 0, HASH_BITS),
+        *between("score", -1.0, 1.0),
+    ), description="candidate pairs verification refused, best scores first (at most 1,000): where the line was drawn")
+    overrides = TableContract("dedupe_overrides", {
+        "number": INT, "decision": STRING, "images": STRING, "reason": STRING, "by": STRING, "at": STRING,
+        "applied": BOOL, "effect": STRING,
+    }, (
+        *not_null("number", "decision", "images", "applied", "effect"),
+        *unique("number"),
+        *in_set("decision", DECISIONS),
+        *between("number", 1),
+    ), description="reviewers' overrides of dedupe decisions and what each did to this release")
     quarantine = TableContract("quarantine", {
         "dataset": STRING, "stage": STRING, "record_key": STRING, "reason": STRING,
     }, (
@@ -66,4 +90,4 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
         *in_set("dataset", names),
         *in_set("stage", datasets.quarantine_stages()),
     ), description="every refused record, image or file, with its stage and reason")
-    return {c.name: c for c in (hashes, clusters, contamination, quarantine)}
+    return {c.name: c for c in (hashes, clusters, contamination, near_misses, overrides, quarantine)}

@@ -60,6 +60,10 @@ class DatasetSpec:
     export_asset: str | None = None  # a train set's training export (files to publish)
     integrity: tuple[tuple[str, str], ...] = ()  # referential rules: (name, SQL returning offenders)
     sample_ok_images: str = "status = 'ok'"  # which image_table rows count as kept images
+    # The review page (pipeline/review): "module:function" reading chosen images' bytes, and SQL over
+    # the release's tables giving (image_key, record, in_export) for the records that use an image.
+    review_images: str | None = None
+    image_records: str | None = None
     description: str = ""
     notes: dict = field(default_factory=dict)
 

@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedupe.engine import Dedupe, dedupe, phash_distance
+from pipeline.dedupe.engine import ROUTES, Dedupe, Forced, dedupe, phash_distance
 from pipeline.dedupe.hashing import THUMB_SIDE, HashedImage, is_flat
 
 
@@ -163,9 +163,103 @@ def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets=None, train_
     }, schema=CONTAMINATION_SCHEMA)
 
 
-def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None) -> Dedupe:
+def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None, forced: Forced | None = None) -> Dedupe:
     """The engine over signature rows; `thumbs` defaults to the table's own thumbnail column."""
-    return dedupe(signatures, thumbs if thumbs is not None else ThumbColumn(signatures["thumb"]), max_distance, stop)
+    return dedupe(signatures, thumbs if thumbs is not None else ThumbColumn(signatures["thumb"]), max_distance, stop,
+                  forced)
+
+
+# ---- reviewer overrides (pipeline/review/overrides.py) ------------------------------------------
+
+OVERRIDES_APPLIED_SCHEMA = pa.schema([
+    ("number", pa.int32()),  # the decision's place in the file (1-based)
+    ("decision", pa.string()),  # not_duplicates | not_leak | duplicates
+    ("images", pa.string()),  # the names as written, joined by " | "
+    ("reason", pa.string()), ("by", pa.string()), ("at", pa.string()),
+    ("applied", pa.bool_()),
+    ("effect", pa.string()),  # what it changed in this release, or why it could not apply
+])
+
+
+class _Names:
+    """Resolve `<dataset>:<image_key>` / `sha256:<hex>` names against image rows."""
+
+    def __init__(self, rows: pa.Table):
+        self.dataset, self.key, self.sha = (rows[c].to_pylist() for c in ("dataset", "image_key", "sha256"))
+        self.by_name = {(d, k): s for d, k, s in zip(self.dataset, self.key, self.sha)}
+        self.shas = set(self.sha)
+
+    def sha_of(self, ref: str) -> str | None:
+        head, _, rest = ref.partition(":")
+        if head == "sha256":
+            return rest.lower() if rest.lower() in self.shas else None
+        return self.by_name.get((head, rest))
+
+    def rows_of(self, ref: str) -> set[tuple[str, str]]:
+        head, _, rest = ref.partition(":")
+        if head == "sha256":
+            return {(d, k) for d, k, s in zip(self.dataset, self.key, self.sha) if s == rest.lower()}
+        return {(head, rest)} if (head, rest) in self.by_name else set()
+
+
+def forced_pairs(overrides, rows: pa.Table) -> tuple[Forced, list]:
+    """The engine's Forced pairs for the pair decisions, and for each decision of the file either
+    None (handed to the engine) or the reason it cannot apply."""
+    names = _Names(rows)
+    separate, join, notes = [], [], []
+    for d in overrides.decisions:
+        if d.decision == "not_leak":
+            notes.append(None)
+            continue
+        shas = [names.sha_of(r) for r in d.images]
+        if None in shas:
+            missing = [r for r, s in zip(d.images, shas) if s is None]
+            notes.append(f"not applied: no hashed image named {missing[0]} in this release")
+            continue
+        (separate if d.decision == "not_duplicates" else join).append(tuple(shas))
+        notes.append(None)
+    return Forced(tuple(separate), tuple(join)), notes
+
+
+def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
+    """Drop the contamination rows reviewers marked not a leak: (kept rows, effect by decision index)."""
+    names = _Names(rows)
+    train = list(zip(contamination["train_dataset"].to_pylist(), contamination["train_image_key"].to_pylist()))
+    evals = list(zip(contamination["eval_dataset"].to_pylist(), contamination["eval_image_key"].to_pylist()))
+    keep = np.ones(contamination.num_rows, bool)
+    effects = {}
+    for i, d in enumerate(overrides.decisions):
+        if d.decision != "not_leak":
+            continue
+        t = names.rows_of(d.images[0])
+        e = names.rows_of(d.images[1]) if len(d.images) > 1 else None
+        if not t or (e is not None and not e):
+            effects[i] = f"not applied: no hashed image named {d.images[0] if not t else d.images[1]} in this release"
+            continue
+        hit = np.array([tr in t and (e is None or ev in e) for tr, ev in zip(train, evals)], bool)
+        n = int((hit & keep).sum())
+        keep &= ~hit
+        effects[i] = (f"applied: removed {n} contamination row{'s' * (n != 1)}" if n else
+                      "applied: no contamination row matched (nothing to remove)")
+    return contamination.filter(pa.array(keep)), effects
+
+
+def overrides_table(overrides, notes: list, engine_effects: list, leak_effects: dict) -> pa.Table:
+    """One row per decision of the file: what it did to this release."""
+    engine_iter = iter(engine_effects or [])
+    # The engine reports separate decisions, then join decisions, in file order.
+    by_index: dict[int, str] = {}
+    handed = [i for i, (d, n) in enumerate(zip(overrides.decisions, notes)) if n is None and d.decision != "not_leak"]
+    order = ([i for i in handed if overrides.decisions[i].decision == "not_duplicates"]
+             + [i for i in handed if overrides.decisions[i].decision == "duplicates"])
+    for i in order:
+        by_index[i] = next(engine_iter, "applied")
+    rows = []
+    for i, d in enumerate(overrides.decisions):
+        effect = notes[i] or leak_effects.get(i) or by_index.get(i) or "applied"
+        rows.append({"number": i + 1, "decision": d.decision, "images": " | ".join(d.images), "reason": d.reason,
+                     "by": d.by, "at": d.at, "applied": effect.startswith("applied"), "effect": effect})
+    return pa.Table.from_pylist(rows, schema=OVERRIDES_APPLIED_SCHEMA)
 
 
 def clusters_table(signatures: pa.Table, result: Dedupe) -> pa.Table:
@@ -179,12 +273,20 @@ def clusters_table(signatures: pa.Table, result: Dedupe) -> pa.Table:
     }, schema=CLUSTERS_SCHEMA)
 
 
-def find_duplicates(signatures: pa.Table, max_distance: int, thumbs=None, stop=None) -> tuple[pa.Table, pa.Table, Dedupe]:
-    """(duplicate_clusters, contamination, the engine's result) for rows in SIGNATURE_SCHEMA."""
+def find_duplicates(signatures: pa.Table, max_distance: int, thumbs=None, stop=None,
+                    overrides=None) -> tuple[pa.Table, pa.Table, Dedupe]:
+    """(duplicate_clusters, contamination, the engine's result) for rows in SIGNATURE_SCHEMA;
+    with `overrides` (review/overrides.py) the result's `applied` is their effect table."""
     if signatures.num_rows == 0:
         return CLUSTERS_SCHEMA.empty_table(), CONTAMINATION_SCHEMA.empty_table(), None
-    result = run_engine(signatures, max_distance, thumbs, stop)
-    return clusters_table(signatures, result), contamination_table(signatures, result), result
+    forced, notes = forced_pairs(overrides, signatures) if overrides else (None, [])
+    result = run_engine(signatures, max_distance, thumbs, stop, forced)
+    contamination = contamination_table(signatures, result)
+    result.applied = OVERRIDES_APPLIED_SCHEMA.empty_table()
+    if overrides:
+        contamination, leak_effects = apply_not_leak(contamination, overrides, signatures)
+        result.applied = overrides_table(overrides, notes, result.forced, leak_effects)
+    return clusters_table(signatures, result), contamination, result
 
 
 _MARK_SQL = r"""
@@ -276,3 +378,26 @@ def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.nd
     del arr
     os.replace(tmp, out)
     return np.load(out, mmap_mode="r")
+
+
+NEAR_MISSES = 1000  # rejected candidate pairs kept for review (dedupe_near_misses), best scores first
+NEAR_MISS_SCHEMA = pa.schema([
+    ("dataset_a", pa.string()), ("image_key_a", pa.string()), ("dataset_b", pa.string()), ("image_key_b", pa.string()),
+    ("route", pa.string()), ("route_distance", pa.int32()), ("score", pa.float32()),
+])
+
+
+def near_misses(rows: pa.Table, result) -> pa.Table:
+    """The candidate pairs verification refused, best scores first (at most NEAR_MISSES)."""
+    if result is None or len(result.rejected) == 0:
+        return NEAR_MISS_SCHEMA.empty_table()
+    r = result.rejected
+    top = np.argsort(-r.score, kind="stable")[:NEAR_MISSES]
+    rep = result.node_rep
+    a, b = rep[r.a[top]], rep[r.b[top]]
+    ds, keys = rows["dataset"], rows["image_key"]
+    return pa.table({
+        "dataset_a": ds.take(a), "image_key_a": keys.take(a), "dataset_b": ds.take(b), "image_key_b": keys.take(b),
+        "route": pa.array([ROUTES[i] for i in r.route[top]]), "route_distance": pa.array(r.distance[top].astype(np.int32)),
+        "score": pa.array(r.score[top], pa.float32()),
+    }, schema=NEAR_MISS_SCHEMA)

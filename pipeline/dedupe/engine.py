@@ -188,9 +188,10 @@ class Clustering:
 
 def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
                   stop: Callable[[], None] | None = None, aspect: np.ndarray | None = None,
-                  chroma: np.ndarray | None = None) -> Clustering:
+                  chroma: np.ndarray | None = None, separate: frozenset = frozenset()) -> Clustering:
     """Clusters over accepted pairs without chaining (module docstring, step 4). `rank[i]` orders
-    nodes for the canonical choice (smaller is better, all distinct)."""
+    nodes for the canonical choice (smaller is better, all distinct); node pairs (a < b) in
+    `separate` are never accepted (a reviewer's override)."""
     canonical = np.full(n, -1, np.int64)
     kind = np.full(n, None, dtype=object)
     score = np.full(n, np.nan, np.float32)
@@ -224,6 +225,7 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
             acc, k, s = verify(others[missing], their_canon[missing], thumbs, stop, aspect, chroma)
             for i, x, y, z in zip(missing, acc, k, s):
                 m, c = int(others[i]), int(their_canon[i])
+                x = x and (min(m, c), max(m, c)) not in separate
                 verdict[(min(m, c), max(m, c))] = (y, z) if x else (None, z)
                 if x:
                     late_accepted.append((min(m, c), max(m, c), y, float(z)))
@@ -268,6 +270,8 @@ class Dedupe:
     clustering: Clustering
     flat_nodes: int
     nodes: int
+    forced: list = None  # one effect line per forced decision (separate, then join), when any
+    applied: pa.Table | None = None  # decisions.find_duplicates: the overrides' effect table
 
 
 def row_rank(rows: pa.Table) -> np.ndarray:
@@ -291,9 +295,81 @@ class _NodeThumbs:
         return out
 
 
-def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None) -> Dedupe:
+@dataclass(frozen=True)
+class Forced:
+    """A reviewer's decisions as sha256 pairs: `separate` are never a pair, `join` always are
+    (accepted with kind OVERRIDE_KIND and the score verification gives them)."""
+
+    separate: tuple[tuple[str, str], ...] = ()
+    join: tuple[tuple[str, str], ...] = ()
+
+
+OVERRIDE_KIND = "override"
+
+
+def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, aspect, chroma,
+           phash: np.ndarray) -> tuple[Pairs, frozenset, list[str]]:
+    """Apply `forced` to verified candidate pairs: (pairs, separate node pairs, one effect line per
+    decision, in the order separate then join)."""
+    def node_pair(x: str, y: str) -> tuple[int, int] | None:
+        i, j = (int(np.searchsorted(nodes, v)) for v in (x, y))
+        if i >= len(nodes) or j >= len(nodes) or nodes[i] != x or nodes[j] != y:
+            return None
+        return (min(i, j), max(i, j))
+
+    def settled(p, same: str) -> str | None:  # the effect when there is nothing to do
+        if p is None:
+            return "not applied: an image is not in this release"
+        return same if p[0] == p[1] else None
+
+    index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(pairs.a, pairs.b))}
+    effects, separate = [], set()
+    for x, y in forced.separate:
+        p = node_pair(x, y)
+        if (done := settled(p, "not applicable: identical bytes are always duplicates")) is not None:
+            effects.append(done)
+        else:
+            separate.add(p)
+            i = index.get(p)
+            if i is not None and pairs.accepted[i]:
+                effects.append(f"applied: verification had accepted the pair ({pairs.kind[i]}, score {pairs.score[i]:.3f}); now refused")
+                pairs.accepted[i], pairs.kind[i] = False, None
+            else:
+                effects.append("applied: the engine had not paired them (kept apart also when clustering)")
+    extra = []
+    for x, y in forced.join:
+        p = node_pair(x, y)
+        if (done := settled(p, "applied: identical bytes, already exact duplicates")) is not None:
+            effects.append(done)
+        elif p in separate:
+            effects.append("not applied: also marked not duplicates")
+        elif (i := index.get(p)) is not None:
+            effects.append(f"applied: was {'accepted as ' + str(pairs.kind[i]) if pairs.accepted[i] else 'refused'} "
+                           f"(score {pairs.score[i]:.3f}); now kind {OVERRIDE_KIND}")
+            pairs.accepted[i], pairs.kind[i] = True, OVERRIDE_KIND
+        else:
+            extra.append((len(effects), p))
+            effects.append("")
+    if extra:
+        a = np.array([p[0] for _, p in extra], np.int64)
+        b = np.array([p[1] for _, p in extra], np.int64)
+        _, _, score = verify(a, b, node_thumbs, stop, aspect, chroma)
+        for (at, _), sc in zip(extra, score):
+            effects[at] = f"applied: not a candidate of the search (score {sc:.3f}); now kind {OVERRIDE_KIND}"
+        n = len(a)
+        pairs = Pairs(np.concatenate([pairs.a, a]), np.concatenate([pairs.b, b]),
+                      np.concatenate([pairs.route, np.zeros(n, np.int8)]),
+                      np.concatenate([pairs.distance, phash_distance(phash[a], phash[b]).astype(np.int16)]),
+                      np.concatenate([pairs.accepted, np.ones(n, bool)]),
+                      np.concatenate([pairs.kind, np.full(n, OVERRIDE_KIND, dtype=object)]),
+                      np.concatenate([pairs.score, score.astype(np.float32)]), pairs.capped)
+    return pairs, frozenset(separate), effects
+
+
+def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None,
+           forced: Forced | None = None) -> Dedupe:
     """The engine (module docstring) over image rows with ROW_COLUMNS; `thumbs[rows]` gives their
-    thumbnails."""
+    thumbnails; `forced` overrules verification for chosen pairs (`Dedupe.forced` says how)."""
     n_rows = rows.num_rows
     sha = rows["sha256"].to_pylist()
     nodes, inverse = np.unique(np.array(sha, dtype=object), return_inverse=True)
@@ -317,7 +393,10 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
     aspect = np.where((width > 0) & (height > 0), width / np.maximum(height, 1), 1.0)
     chroma = np.stack([col("chroma_cb"), col("chroma_cr")], axis=1).astype(np.float64)
     pairs.accepted, pairs.kind, pairs.score = verify(pairs.a, pairs.b, node_thumbs, stop, aspect, chroma)
-    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma)
+    separate, effects = frozenset(), []
+    if forced is not None and (forced.separate or forced.join):
+        pairs, separate, effects = _force(pairs, nodes, forced, node_thumbs, stop, aspect, chroma, phash)
+    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma, separate)
 
     # Accepted node pairs: candidates and late checks.
     ok = pairs.accepted
@@ -355,7 +434,7 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
         "score": pa.array([None if c else float(s) for c, s in zip(is_canon[order], score[order])], pa.float32()),
     })
     return Dedupe(clusters, inverse.astype(np.int64), rep, accepted, len(pairs), pairs.capped, int(ok.sum()), _subset(pairs, ~ok),
-                  clustering, int(flat.sum()), n)
+                  clustering, int(flat.sum()), n, effects)
 
 
 def _subset(p: Pairs, mask: np.ndarray) -> Pairs:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
+
 import numpy as np
 
 from pipeline.dedupe.clusters import cluster_id
@@ -18,6 +20,7 @@ from pipeline.dedupe.hashing import hash_files, is_flat
 from pipeline.settings import DEFAULT_MAX_DISTANCE
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"}
+REVIEW_MARKER = ".rewardhouse-review"  # in a report's thumbnail folder: skipped when hashing
 CSV_HEADER = ("path", "cluster_id", "is_canonical", "distance", "kind", "score")
 
 
@@ -28,6 +31,7 @@ class FolderDedupe:
     rows: list[tuple] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     result: Dedupe | None = None
+    table: "pa.Table | None" = None  # the hashed images' rows (dataset "folder", image_key = path under DIR)
 
     @property
     def clusters(self) -> int:
@@ -54,9 +58,13 @@ class FolderDedupe:
 
 
 def image_files(root: Path) -> list[Path]:
-    """Every image under root, recursively, by suffix (case-insensitive), in a stable order."""
+    """Every image under root, recursively, by suffix (case-insensitive), in a stable order; the
+    thumbnails of a review report (a folder holding REVIEW_MARKER) are not images of the set."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
+        if REVIEW_MARKER in filenames:
+            dirnames[:] = []
+            continue
         dirnames.sort()
         for name in sorted(filenames):
             if Path(name).suffix.lower() in IMAGE_SUFFIXES:
@@ -79,7 +87,7 @@ def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers:
         return out
     rows = hashes_table("folder", ok, {r.key: (root / r.key).stat().st_size for r in ok})
     result = run_engine(rows, max_distance)
-    out.result = result
+    out.result, out.table = result, rows
     c = result.clusters
     listed = {}
     for row, cid, canon, dist, kind, score in zip(c["row"].to_pylist(), c["cluster_id"].to_pylist(),
@@ -134,3 +142,34 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
         lines.append("rejected by verification")
     duplicate = candidate and e["accepted"]
     return lines + ["duplicates" if duplicate else "not duplicates"], duplicate
+
+
+def write_report(root: Path, found: FolderDedupe, report: Path):
+    """The review page (pipeline/review) of a folder's dedupe: `report` plus its thumbnails in
+    `<report stem>_files/` beside it (content-addressed, reused by the next report)."""
+    from pipeline.dedupe.decisions import CLUSTERS_SCHEMA, clusters_table, near_misses
+    from pipeline.review.page import ReviewInput, write_review
+    from pipeline.review.thumbnails import ThumbnailStore
+
+    files = report.parent / f"{report.stem}_files"
+    files.mkdir(parents=True, exist_ok=True)
+    (files / REVIEW_MARKER).write_text("thumbnails of a rewardhouse review page; not images of the set\n")
+    table = found.table
+    if table is None:
+        from pipeline.review.page import images_of
+
+        table = images_of([])
+    clusters = clusters_table(table, found.result) if found.result is not None else CLUSTERS_SCHEMA.empty_table()
+
+    def reader(dataset: str, keys: list[str]):
+        for key in keys:
+            path = root / key
+            if path.is_file():
+                yield key, path.read_bytes()
+
+    data = ReviewInput(
+        title=f"rewardhouse dedupe: {root}", subtitle=f"{table.num_rows} images",
+        images=table, clusters=clusters, near_misses=near_misses(table, found.result) if found.result else None,
+        sql_hint=f"rewardhouse dedupe {root} --output clusters.csv   (every image with its cluster, rule and score)",
+    )
+    return write_review(report, data, reader, ThumbnailStore(files), seed=str(root), thumbs_dir=f"{files.name}/thumbs")

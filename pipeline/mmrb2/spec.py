@@ -30,6 +30,12 @@ SPEC = DatasetSpec(
     raw_asset="mmrb2_raw",
     staged_assets=("mmrb2_annotations", "mmrb2_images"),
     image_asset="mmrb2_images",
+    review_images="pipeline.review.sources:mmrb2_images",
+    image_records=(
+        "select image_name as image_key, pair_id as record, null::boolean as in_export from mmrb2_response_items "
+        "where kind = 'image' union all select image_name, pair_id, null from mmrb2_prompt_items "
+        "where kind = 'image' and image_name is not null"
+    ),
     integrity=(
         ("response item without pair", "select distinct i.pair_id from mmrb2_response_items i anti join mmrb2_pairs p using (pair_id)"),
         ("prompt item without pair", "select distinct i.pair_id from mmrb2_prompt_items i anti join mmrb2_pairs p using (pair_id)"),

@@ -61,14 +61,19 @@ class ThumbnailStore:
     def get(self, sha256: str, load) -> str | None:
         """The thumbnail's path relative to `root` for the image with `sha256`, made from `load()`'s
         bytes when it is not there yet; None when the bytes are not an image."""
-        target = self.path(sha256)
-        if not target.is_file():
+        if not self.path(sha256).is_file():
             try:
                 data = make_thumbnail(load())
             except Exception:  # a corrupt or missing image: the page shows a placeholder
                 return None
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+            self.put(sha256, data)
+        return thumbnail_relpath(sha256)
+
+    def put(self, sha256: str, thumbnail: bytes) -> str:
+        """Store a made thumbnail under its image's sha256 (written under a temporary name, renamed)."""
+        target = self.path(sha256)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        tmp.write_bytes(thumbnail)
+        os.replace(tmp, target)
         return thumbnail_relpath(sha256)

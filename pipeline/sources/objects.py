@@ -31,6 +31,37 @@ def client_config() -> dict:
     return {"config": config, "client_options": options}
 
 
+def bucket_store(bucket: str):
+    """An obstore client for one bucket, configured from the AWS environment."""
+    from obstore.store import S3Store
+
+    client = client_config()
+    return S3Store(bucket, config=client["config"], client_options=client["client_options"])
+
+
+def _split(url: str) -> tuple[str, str]:
+    bucket, _, key = url[len("s3://"):].partition("/")
+    return bucket, key
+
+
+def read_object(url: str) -> bytes | None:
+    """The whole object at `s3://bucket/key`, or None when there is none."""
+    import obstore
+
+    bucket, key = _split(url)
+    try:
+        return bytes(obstore.get(bucket_store(bucket), key).bytes())
+    except FileNotFoundError:
+        return None
+
+
+def write_object(url: str, data: bytes) -> None:
+    import obstore
+
+    bucket, key = _split(url)
+    obstore.put(bucket_store(bucket), key, data)
+
+
 def filesystem():
     """An fsspec filesystem over obstore for `s3://` paths."""
     from obstore.fsspec import FsspecStore
@@ -81,28 +112,21 @@ class RangeFile(RandomAccessFile):
 
 def open_object(url: str, block: int = BLOCK_BYTES) -> BinaryIO:
     """A seekable, read-only file over `s3://bucket/key` (see RangeFile)."""
-    from obstore.store import S3Store
-
-    bucket, _, key = url[len("s3://"):].partition("/")
-    client = client_config()
-    store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
-    return io.BufferedReader(RangeFile(store, key, block), buffer_size=64 * 1024)  # type: ignore[return-value]
+    bucket, key = _split(url)
+    return io.BufferedReader(RangeFile(bucket_store(bucket), key, block), buffer_size=64 * 1024)  # type: ignore[return-value]
 
 
 def open_object_archive(url: str) -> BinaryIO:
     """An archive in a bucket as one seekable file: one object, or a zip split into parts named by
     its first (`…/images.zip_aa`), every part beside it read by range as one."""
-    from obstore.store import S3Store
-
     from pipeline.archives import SPLIT, ArchiveError, ConcatFile, _next_suffix
 
-    bucket, _, key = url[len("s3://"):].partition("/")
+    bucket, key = _split(url)
     folder, _, name = key.rpartition("/")
     match = SPLIT.match(name)
     if match is None:
         return open_object(url)
-    client = client_config()
-    store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
+    store = bucket_store(bucket)
     import obstore
 
     # object_store lists by whole path segments: list the folder, keep this archive's parts.

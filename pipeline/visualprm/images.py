@@ -128,13 +128,11 @@ def archive_name(url: str) -> bool:
 def _object_keys(prefix_url: str) -> list[str]:
     """Every object under `s3://bucket/prefix/`, as s3:// URLs."""
     import obstore
-    from obstore.store import S3Store
 
-    from pipeline.sources.objects import client_config
+    from pipeline.sources.objects import bucket_store
 
     bucket, _, prefix = prefix_url[len("s3://"):].rstrip("/").partition("/")
-    client = client_config()
-    store = S3Store(bucket, config=client["config"], client_options=client["client_options"])
+    store = bucket_store(bucket)
     return [f"s3://{bucket}/{m['path']}" for batch in obstore.list(store, prefix=prefix or None) for m in batch]
 
 

@@ -29,6 +29,10 @@ SPEC = DatasetSpec(
     staged_assets=("visualprm_samples", "visualprm_images", "visualprm_export"),
     image_asset="visualprm_images",
     export_asset="visualprm_export",
+    review_images="pipeline.review.sources:visualprm_images",
+    image_records=(
+        "select r.ref as image_key, s.sample_id as record, s.in_export from prm_samples s, unnest(s.image_refs) as r(ref)"
+    ),
     integrity=(
         ("step without sample", "select distinct s.sample_id from prm_steps s anti join prm_samples p using (sample_id)"),
         ("sample image not in inventory",

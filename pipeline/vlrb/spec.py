@@ -24,6 +24,10 @@ SPEC = DatasetSpec(
     raw_asset="vlrb_raw",
     staged_assets=("vlrb_pairs",),
     image_asset="vlrb_pairs",
+    review_images="pipeline.review.sources:vlrb_images",
+    image_records=(
+        "select image_key, pair_id as record, null::boolean as in_export from vlrb_pairs where image_key is not null"
+    ),
     integrity=(
         ("VL-RewardBench pair image not in inventory",
          "select p.pair_id from vlrb_pairs p anti join vlrb_images i using (image_key)"),

@@ -1,0 +1,205 @@
+"""Reviewer overrides of dedupe decisions: a small versioned JSON file in the data root.
+
+    {"format": 1, "revision": 3, "decisions": [
+        {"decision": "not_duplicates", "images": ["mmrb2:images/a.png", "visualprm:geo/b.png"],
+         "reason": "same template, different figure", "by": "ana", "at": "2026-12-01T12:00:00Z"},
+        {"decision": "not_leak", "train": "visualprm:geo/b.png", "eval": "mmrb2:images/a.png", ...},
+        {"decision": "duplicates", "images": ["sha256:<hex>", "visualprm:geo/c.png"], ...}]}
+
+- `not_duplicates`: the two images are never a pair (verification's acceptance is overruled, so
+  they never share a cluster or a contamination row); identical bytes cannot be told apart and
+  are reported as not applicable.
+- `not_leak`: the train image is not a copy of an eval image: its `contamination` rows (with that
+  eval image only, when `eval` is given) are dropped, so its samples go back into the export.
+- `duplicates`: the two images are an accepted pair (kind `override`) even if the search or
+  verification missed them.
+
+An image is named `<dataset>:<image_key>` (as in `duplicate_clusters`) or `sha256:<hex>` (its
+bytes, whatever the dataset). `revision` counts the edits the CLI made; the decisions' digest is
+part of the release id, so a changed file makes a new release. Plain Python, no Dagster.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+FORMAT = 1
+FILE_NAME = "overrides.json"
+DECISIONS = ("not_duplicates", "not_leak", "duplicates")
+
+
+class OverridesError(ValueError):
+    """The overrides file cannot be used: the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: str
+    images: tuple[str, ...]  # not_duplicates / duplicates: two refs; not_leak: (train,) or (train, eval)
+    reason: str = ""
+    by: str = ""
+    at: str = ""
+
+    def to_json(self) -> dict:
+        out: dict = {"decision": self.decision}
+        if self.decision == "not_leak":
+            out["train"] = self.images[0]
+            if len(self.images) > 1:
+                out["eval"] = self.images[1]
+        else:
+            out["images"] = list(self.images)
+        return {**out, "reason": self.reason, "by": self.by, "at": self.at}
+
+    @property
+    def label(self) -> str:
+        if self.decision == "not_leak":
+            return f"not a leak: {self.images[0]}" + (f" (against {self.images[1]})" if len(self.images) > 1 else "")
+        verb = "not duplicates" if self.decision == "not_duplicates" else "always duplicates"
+        return f"{verb}: {self.images[0]} ↔ {self.images[1]}"
+
+
+@dataclass
+class Overrides:
+    decisions: list[Decision] = field(default_factory=list)
+    revision: int = 0
+    path: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.decisions)
+
+    def digest(self) -> str | None:
+        """What the release id sees: the decisions' content (not their notes, times or revision)."""
+        if not self.decisions:
+            return None
+        core = sorted([d.decision, *d.images] for d in self.decisions)
+        return hashlib.sha256(json.dumps(core).encode()).hexdigest()[:16]
+
+    def of(self, decision: str) -> list[Decision]:
+        return [d for d in self.decisions if d.decision == decision]
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "revision": self.revision,
+                           "decisions": [d.to_json() for d in self.decisions]}, indent=2, ensure_ascii=False) + "\n"
+
+
+def _is_ref(value) -> bool:
+    return isinstance(value, str) and ":" in value and value.split(":", 1)[0] and value.split(":", 1)[1]
+
+
+def _decision(entry, where: str) -> Decision:
+    if not isinstance(entry, dict):
+        raise OverridesError(f"{where}: a decision is an object, got {type(entry).__name__}")
+    kind = entry.get("decision")
+    if kind not in DECISIONS:
+        raise OverridesError(f"{where}: decision must be one of {', '.join(DECISIONS)} (got {kind!r})")
+    if kind == "not_leak":
+        images = [entry.get("train")] + ([entry["eval"]] if entry.get("eval") is not None else [])
+    else:
+        images = entry.get("images")
+        if not isinstance(images, list) or len(images) != 2:
+            raise OverridesError(f"{where}: {kind} names exactly two images in `images`")
+    bad = [i for i in images if not _is_ref(i)]
+    if bad:
+        raise OverridesError(f"{where}: an image is named <dataset>:<image_key> or sha256:<hex> (got {bad[0]!r})")
+    if kind != "not_leak" and images[0] == images[1]:
+        raise OverridesError(f"{where}: {kind} names the same image twice ({images[0]})")
+    return Decision(kind, tuple(images), str(entry.get("reason") or ""), str(entry.get("by") or ""),
+                    str(entry.get("at") or ""))
+
+
+def parse(text: str, where: str) -> Overrides:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OverridesError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("decisions"), list):
+        raise OverridesError(f"{where}: expected {{\"format\": {FORMAT}, \"revision\": N, \"decisions\": [...]}}")
+    decisions = [_decision(e, f"{where} decision {i + 1}") for i, e in enumerate(doc["decisions"])]
+    return Overrides(decisions, int(doc.get("revision") or 0), where)
+
+
+def read_text(path: str) -> str | None:
+    """The file's text, or None when there is none (a local path or an s3:// URL)."""
+    if path.startswith("s3://"):
+        from pipeline.sources.objects import read_object
+
+        return read_object(path)
+    p = Path(path)
+    return p.read_text(encoding="utf-8") if p.is_file() else None
+
+
+def load(path: str | None) -> Overrides:
+    """The decisions at `path`; no file means no decisions. A file that cannot be used raises
+    OverridesError (the run stops with that line rather than ignore a reviewer)."""
+    if not path:
+        return Overrides()
+    try:
+        text = read_text(path)
+    except OSError as exc:
+        raise OverridesError(f"{path}: cannot be read ({exc})") from None
+    return Overrides(path=path) if text is None else parse(text, path)
+
+
+def save(path: str, overrides: Overrides) -> None:
+    """Write atomically (a temporary file renamed into place)."""
+    if path.startswith("s3://"):
+        from pipeline.sources.objects import write_object
+
+        write_object(path, overrides.to_json().encode())
+        return
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}")
+    tmp.write_text(overrides.to_json(), encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def add(path: str, decision: str, images: list[str], reason: str = "", by: str | None = None) -> Overrides:
+    """Record one decision (replacing an earlier one about the same images) and bump the revision."""
+    current = load(path)
+    entry = {"decision": decision, "reason": reason}
+    if decision == "not_leak":
+        entry["train"] = images[0]
+        if len(images) > 1:
+            entry["eval"] = images[1]
+    else:
+        entry["images"] = images
+    new = _decision(entry, path)
+    try:
+        who = by or getpass.getuser()
+    except Exception:  # no user name in a container: leave it empty
+        who = by or ""
+    new = Decision(new.decision, new.images, reason, who, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    same = {frozenset(new.images)}
+    kept = [d for d in current.decisions if frozenset(d.images) not in same]
+    out = Overrides(kept + [new], current.revision + 1, path)
+    save(path, out)
+    return out
+
+
+def remove(path: str, index: int) -> Overrides:
+    """Drop decision number `index` (1-based, as `rewardhouse override list` shows)."""
+    current = load(path)
+    if not 1 <= index <= len(current.decisions):
+        raise OverridesError(f"{path}: there is no decision {index} (it has {len(current.decisions)})")
+    out = Overrides(current.decisions[:index - 1] + current.decisions[index:], current.revision + 1, path)
+    save(path, out)
+    return out
+
+
+# ---- resolving names to images -----------------------------------------------------------------
+
+
+def resolve(ref: str, dataset: list, image_key: list, sha256: list) -> set[str]:
+    """The sha256s of the images `ref` names among rows (dataset, image_key, sha256)."""
+    head, _, rest = ref.partition(":")
+    if head == "sha256":
+        return {rest.lower()} & set(sha256)
+    return {s for d, k, s in zip(dataset, image_key, sha256) if d == head and k == rest}

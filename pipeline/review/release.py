@@ -1,0 +1,78 @@
+"""The review page of a release candidate: its decision tables, the records that use each image
+(each dataset's `image_records` SQL), and image bytes from each dataset's `review_images` reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import datasets
+from pipeline.review.page import ReviewInput, ReviewStats, write_review
+from pipeline.review.thumbnails import ThumbnailStore
+from pipeline.spec import load
+
+RECORDS_SCHEMA = pa.schema([("dataset", pa.string()), ("image_key", pa.string()), ("record", pa.string()),
+                            ("in_export", pa.bool_())])
+
+
+def _read(tables: dict[str, Path], name: str, columns=None) -> pa.Table | None:
+    return pq.read_table(tables[name], columns=columns) if name in tables else None
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def records_table(tables: dict[str, Path], keys: pa.Table) -> pa.Table:
+    """(dataset, image_key, record, in_export) for the images in `keys` (dataset, image_key)."""
+    con = duckdb.connect()
+    try:
+        for name, path in tables.items():
+            con.execute(f'create view "{name}" as select * from read_parquet({_sql_str(str(path))})')
+        con.register("shown", keys)
+        parts = []
+        for spec in datasets.DATASETS:
+            if spec.image_records and all(t in tables for t in spec.tables()):
+                parts.append(f"select '{spec.name}' as dataset, image_key, record::varchar as record, in_export "
+                             f"from ({spec.image_records}) where image_key in "
+                             f"(select image_key from shown where dataset = '{spec.name}')")
+        if not parts:
+            return RECORDS_SCHEMA.empty_table()
+        return con.sql(" union all ".join(parts) + " order by 1, 2, 3").to_arrow_table().cast(RECORDS_SCHEMA)
+    finally:
+        con.close()
+
+
+def review_release(out: Path, tables: dict[str, Path], snapshots: dict, layout, release_id: str,
+                   schema: str | None) -> ReviewStats:
+    """Write the review page of a candidate whose tables are the Parquet files `tables`."""
+    hashes = _read(tables, "image_hashes", ["dataset", "image_key", "sha256", "width", "height", "bytes"])
+    clusters = _read(tables, "duplicate_clusters")
+    contamination = _read(tables, "contamination")
+    near = _read(tables, "dedupe_near_misses")
+    shown = pa.concat_tables([
+        clusters.select(["dataset", "image_key"]),
+        contamination.select(["train_dataset", "train_image_key"]).rename_columns(["dataset", "image_key"]),
+        contamination.select(["eval_dataset", "eval_image_key"]).rename_columns(["dataset", "image_key"]),
+        near.select(["dataset_a", "image_key_a"]).rename_columns(["dataset", "image_key"]),
+        near.select(["dataset_b", "image_key_b"]).rename_columns(["dataset", "image_key"]),
+    ])
+    specs = {d.name: d for d in datasets.DATASETS}
+
+    def reader(dataset: str, keys: list[str]):
+        spec = specs.get(dataset)
+        if spec is None or not spec.review_images:
+            return iter(())
+        return load(spec.review_images)(snapshots.get(dataset), tables, layout, keys)
+
+    data = ReviewInput(
+        title="rewardhouse: dedupe and contamination review",
+        subtitle=", ".join(d.name for d in datasets.DATASETS),
+        images=hashes, clusters=clusters, contamination=contamination, near_misses=near,
+        overrides=_read(tables, "dedupe_overrides"), records=records_table(tables, shown),
+        release_id=release_id, schema=schema,
+    )
+    return write_review(out / "index.html", data, reader, ThumbnailStore(layout.root))
