@@ -12,6 +12,7 @@ SCALE := $(if $(filter s3://%,$(REWARDHOUSE_HOME)),--extra scale,)
 bootstrap:
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
 	@$(UV) sync --frozen --quiet --inexact
+	@$(UV) run --frozen python -m checks.web_assets fetch
 
 run: bootstrap
 	$(UV) run --frozen $(SCALE) rewardhouse run
@@ -36,6 +37,7 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_hashing.py
 	$(UV) run --frozen python tests/benchmarks/bench_search.py
 	$(UV) run --frozen python tests/benchmarks/bench_dedupe_quality.py
+	$(UV) run --frozen python tests/benchmarks/bench_review.py
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 
 validate: bootstrap

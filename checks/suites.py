@@ -348,6 +348,7 @@ def _build_docs(context, run_id, suite_names: list[str]) -> Path | None:
     """Render this run's validation results and suites, then the index; return index.html."""
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
+    started = time.time()
     try:
         ran = [key for key in context.validation_results_store.list_keys() if key.run_id == run_id]
         suites = [ExpectationSuiteIdentifier(name=name) for name in suite_names]
@@ -359,6 +360,12 @@ def _build_docs(context, run_id, suite_names: list[str]) -> Path | None:
         parsed = urlparse(url)
         index = Path(unquote(parsed.path)) if parsed.scheme == "file" else None
         if index is not None and index.is_file():
+            from checks.web_assets import vendor_site
+
+            try:  # the pages' CDN assets from the site itself, so they render offline
+                vendor_site(index.parent, since=started)
+            except OSError as exc:
+                log.warning("GX Data Docs keep their CDN links: %s", exc)
             return index
     log.warning("GX Data Docs not built: no local index.html among %s", sites)
     return None

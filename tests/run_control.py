@@ -22,7 +22,7 @@ STEPS = (
     "mmrb2_raw", "visualprm_raw", "vlrb_raw", "mmrb2_annotations", "mmrb2_annotations_mmrb2_pairs_well_formed",
     "visualprm_samples", "vlrb_pairs", "visualprm_images",
     "mmrb2_task_images", "mmrb2_images", "image_hashes", "image_dedupe", "visualprm_export", "release_candidate",
-    "release_gx_suites", "release_rules", "warehouse_release",
+    "release_gx_suites", "release_rules", "dedupe_review", "warehouse_release",
 )
 
 

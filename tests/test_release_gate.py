@@ -15,7 +15,7 @@ from pipeline.definitions import defs
 from pipeline.resources import RewardhouseResource
 
 UPSTREAM = dg.AssetSelection.all() - dg.AssetSelection.assets("release_candidate", "warehouse_release")
-GATE = dg.AssetSelection.assets("release_candidate", "warehouse_release")
+GATE = dg.AssetSelection.assets("release_candidate", "dedupe_review", "warehouse_release")
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_clean_candidate_passes_and_publishes_with_quality_results(home):
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         rows = con.execute('select count(*), bool_and(passed or severity = \'WARN\') from quality_results').fetchone()
         drift = con.execute("""select details from quality_results where "check" = 'drift_vs_previous'""").fetchone()[0]
-    assert rows == (20, True) and before_id[0][0] in drift  # 14 GX suites (one per table) + 6 rules
+    assert rows == (22, True) and before_id[0][0] in drift  # 16 GX suites (one per table) + 6 rules
 
 
 def test_cli_says_which_check_blocked(tmp_path, monkeypatch, capsys):

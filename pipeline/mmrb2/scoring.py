@@ -34,7 +34,10 @@ class JudgementFileError(ValueError):
 
 
 def load_judgements(paths: list[Path]) -> dict[str, dict]:
+    """The judgements of several files, merged; a pair judged in two files must be judged the same
+    in both (else which one counts would depend on the order of the files)."""
     merged: dict[str, dict] = {}
+    source: dict[str, Path] = {}
     for path in paths:
         try:
             doc = json.loads(Path(path).read_bytes())
@@ -42,7 +45,12 @@ def load_judgements(paths: list[Path]) -> dict[str, dict]:
             raise JudgementFileError(f"{path}: not a readable JSON file ({exc})") from None
         if not isinstance(doc, dict):
             raise JudgementFileError(f"{path}: expected an object mapping pair_id to judgements")
-        merged.update(doc)
+        for pair_id, entry in doc.items():
+            if pair_id in merged and merged[pair_id] != entry:
+                raise JudgementFileError(f"{path}: pair {pair_id} is also judged in {source[pair_id]}, differently; "
+                                         "score one judge's files at a time")
+            merged[pair_id] = entry
+            source.setdefault(pair_id, Path(path))
     return merged
 
 

@@ -20,6 +20,7 @@ Plain Python: no Dagster.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.review.thumbnails import ThumbnailStore, make_thumbnail, thumbnail_relpath
 
@@ -40,6 +42,7 @@ SAMPLED_CLUSTERS = 50  # and a random sample of the others
 MEMBERS_WITH_THUMBS = 96  # per cluster; further members are listed by name (sql lists them all)
 NEAR_TOP = 50  # best-scoring near-misses
 NEAR_SAMPLED = 50  # and a random sample of the rest
+BATCH = 64  # images read and reduced at a time
 RECORDS_SHOWN = 8  # record ids listed per image (with the total)
 TEMPLATE = Path(__file__).with_name("template.html")
 
@@ -82,10 +85,10 @@ def _rows(table: pa.Table | None) -> list[dict]:
     return table.to_pylist() if table is not None and table.num_rows else []
 
 
-def _pick_clusters(clusters: list[dict], rng: random.Random) -> tuple[list[str], int]:
-    sizes: dict[str, int] = defaultdict(int)
-    for r in clusters:
-        sizes[r["cluster_id"]] += 1
+def _pick_clusters(clusters: pa.Table, rng: random.Random) -> tuple[list[str], int]:
+    """The largest clusters and a seeded sample of the others (ids), and how many there are."""
+    counted = clusters.group_by("cluster_id").aggregate([("cluster_id", "count")]).to_pydict()
+    sizes = dict(zip(counted["cluster_id"], counted["cluster_id_count"]))
     ranked = sorted(sizes, key=lambda c: (-sizes[c], c))
     top, rest = ranked[:TOP_CLUSTERS], ranked[TOP_CLUSTERS:]
     sampled = sorted(rng.sample(rest, min(SAMPLED_CLUSTERS, len(rest))), key=lambda c: (-sizes[c], c))
@@ -128,12 +131,15 @@ def make_thumbnails(store: ThumbnailStore, wanted: dict[str, ImageId], reader: R
             for key, data in reader(dataset, keys):
                 yield key_sha[(dataset, key)], data
 
+    # `pool.map` would read every image first; a batch at a time keeps memory to BATCH images.
     with ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) * 2)) as pool:
-        for sha, thumb in pool.map(reduce, loaded()):
-            if thumb is not None:
-                store.put(sha, thumb)
-                made += 1
-            out[sha] = thumbnail_relpath(sha) if thumb is not None else None
+        source = loaded()
+        while batch := list(itertools.islice(source, BATCH)):
+            for sha, thumb in pool.map(reduce, batch):
+                if thumb is not None:
+                    store.put(sha, thumb)
+                    made += 1
+                out[sha] = thumbnail_relpath(sha) if thumb is not None else None
     for sha in wanted:
         out.setdefault(sha, None)  # the reader did not find it
     return out, made
@@ -155,19 +161,15 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
     module docstring). When `store` is that very folder the thumbnails are already in place."""
     start = time.perf_counter()
     rng = random.Random(seed or data.release_id or "review")
-    images = {(r["dataset"], r["image_key"]): r for r in _rows(data.images.select(
-        ["dataset", "image_key", "sha256", "width", "height", "bytes"]))}
-    clusters = _rows(data.clusters)
     contamination = sorted(_rows(data.contamination), key=lambda r: (-(r["score"] or 0), r["train_image_key"]))
     near = _pick_near(_rows(data.near_misses), rng)
-    chosen, n_clusters = _pick_clusters(clusters, rng)
+    chosen, n_clusters = _pick_clusters(data.clusters, rng)
 
     # Clusters shown: canonical first, then members by score (best first), then name.
     members: dict[str, list[dict]] = defaultdict(list)
-    chosen_set = set(chosen)
-    for r in clusters:
-        if r["cluster_id"] in chosen_set:
-            members[r["cluster_id"]].append(r)
+    picked = data.clusters.filter(pc.is_in(data.clusters["cluster_id"], value_set=pa.array(chosen, pa.string())))
+    for r in picked.to_pylist():
+        members[r["cluster_id"]].append(r)
     for rows in members.values():
         rows.sort(key=lambda r: (not r["is_canonical"], -(r["score"] or 0), r["dataset"], r["image_key"]))
 
@@ -187,6 +189,7 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
         for im in ((r["dataset_a"], r["image_key_a"]), (r["dataset_b"], r["image_key_b"])):
             shown.append(im)
             thumb_of.add(im)
+    images = _images_of(data.images, set(shown))
     wanted: dict[str, ImageId] = {}
     for im in sorted(thumb_of):
         row = images.get(im)
@@ -230,7 +233,7 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
                            r["distance"], r["kind"], _round(r["score"])] for r in contamination],
         "clusters": [],
         "clusterCount": n_clusters,
-        "clusterRows": len(clusters),
+        "clusterRows": data.clusters.num_rows,
         "near": [[ref((r["dataset_a"], r["image_key_a"])), ref((r["dataset_b"], r["image_key_b"])), r["route"],
                   r["route_distance"], _round(r["score"]), r["sampled"]] for r in near],
         "nearTotal": data.near_misses.num_rows if data.near_misses is not None else 0,
@@ -255,6 +258,17 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
     return ReviewStats(page_path, time.perf_counter() - start, len(contamination), n_clusters, len(chosen),
                        len(near), len(page["overrides"]), len(table), made,
                        sum(1 for v in thumbs.values() if v is None), len(html.encode()), top)
+
+
+def _images_of(images: pa.Table, shown: set[ImageId]) -> dict[ImageId, dict]:
+    """The hashed-image rows of the images shown (the table may hold every image of every dataset)."""
+    if not shown:
+        return {}
+    joined = pc.binary_join_element_wise(images["dataset"], images["image_key"], "\x00")
+    wanted = pa.array([f"{d}\x00{k}" for d, k in shown], pa.string())
+    rows = images.filter(pc.is_in(joined, value_set=wanted)).select(
+        ["dataset", "image_key", "sha256", "width", "height", "bytes"]).to_pylist()
+    return {(r["dataset"], r["image_key"]): r for r in rows}
 
 
 def _round(x):

@@ -1,0 +1,126 @@
+"""Reviewers' overrides (pipeline/review/overrides.py) and how the engine applies them, without
+Dagster: the file's rules, then each decision against a hand-made set whose verdicts are known."""
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from pipeline.dedupe.decisions import SIGNATURE_SCHEMA, find_duplicates
+from pipeline.review import overrides as ov
+from pipeline.settings import Settings
+
+from tests.dedupe_images import bar_chart, crop, encode, half, photo, signatures
+
+pytestmark = pytest.mark.fast
+
+
+def _table():
+    original = photo(11)
+    return pa.concat_tables([
+        signatures({"eval.jpg": encode(original, "JPEG", 92)}, "mmrb2"),
+        signatures({"copy.jpg": encode(half(original), "JPEG", 80), "crop.png": encode(crop(original, 0.04), "PNG"),
+                    "other.png": encode(photo(12)), "chart.png": encode(bar_chart([0.2, 0.9, 0.5]))}, "visualprm"),
+    ]).cast(SIGNATURE_SCHEMA)
+
+
+def _write(path, decisions):
+    path.write_text(json.dumps({"format": 1, "revision": 1, "decisions": decisions}))
+    return ov.load(str(path))
+
+
+def test_without_overrides_the_copies_cluster_with_the_eval_image():
+    clusters, contamination, result = find_duplicates(_table(), 8)
+    assert {r["image_key"]: r["kind"] for r in clusters.to_pylist()} == {"eval.jpg": None, "copy.jpg": "near", "crop.png": "crop"}
+    assert sorted(contamination["train_image_key"].to_pylist()) == ["copy.jpg", "crop.png"]
+    assert result.applied.num_rows == 0
+
+
+def test_not_duplicates_splits_an_accepted_pair_and_its_contamination(tmp_path):
+    o = _write(tmp_path / "o.json", [{"decision": "not_duplicates", "images": ["visualprm:crop.png", "mmrb2:eval.jpg"],
+                                      "reason": "different crop, different figure"}])
+    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    assert {r["image_key"]: r["kind"] for r in clusters.to_pylist()} == {"eval.jpg": None, "copy.jpg": "near"}
+    assert contamination["train_image_key"].to_pylist() == ["copy.jpg"]
+    (row,) = result.applied.to_pylist()
+    assert row["number"] == 1 and row["decision"] == "not_duplicates" and row["applied"] is True
+    assert row["effect"].startswith("applied: verification had accepted the pair (crop, score 0.9")
+    assert row["reason"] == "different crop, different figure"
+
+
+def test_duplicates_joins_a_pair_the_engine_refused(tmp_path):
+    o = _write(tmp_path / "o.json", [{"decision": "duplicates", "images": ["visualprm:other.png", "mmrb2:eval.jpg"]}])
+    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    rows = {r["image_key"]: r for r in clusters.to_pylist()}
+    # other.png (the most pixels and bytes) is the canonical of the joined component; eval.jpg
+    # joins it by the override; the copies are not copies of other.png, so without chaining they
+    # form their own cluster.
+    assert rows["other.png"]["is_canonical"] and rows["eval.jpg"]["kind"] == "override"
+    assert rows["other.png"]["cluster_id"] == rows["eval.jpg"]["cluster_id"] != rows["copy.jpg"]["cluster_id"]
+    assert rows["copy.jpg"]["cluster_id"] == rows["crop.png"]["cluster_id"]
+    assert {(r["train_image_key"], r["kind"]) for r in contamination.to_pylist()} == {
+        ("copy.jpg", "near"), ("crop.png", "crop"), ("other.png", "override")}
+    (row,) = result.applied.to_pylist()
+    assert row["applied"] and row["effect"].startswith("applied: not a candidate of the search (score ")
+
+
+def test_not_leak_drops_only_that_train_image_and_keeps_its_cluster(tmp_path):
+    o = _write(tmp_path / "o.json", [{"decision": "not_leak", "train": "visualprm:copy.jpg"}])
+    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    assert contamination["train_image_key"].to_pylist() == ["crop.png"]
+    assert len(clusters) == 3  # the cluster is a fact about pixels; only the leak verdict changes
+    assert result.applied.to_pylist()[0]["effect"] == "applied: removed 1 contamination row"
+
+
+def test_names_by_sha256_and_names_not_in_the_release(tmp_path):
+    table = _table()
+    sha = dict(zip(table["image_key"].to_pylist(), table["sha256"].to_pylist()))
+    o = _write(tmp_path / "o.json", [
+        {"decision": "not_leak", "train": f"sha256:{sha['crop.png']}", "eval": "mmrb2:eval.jpg"},
+        {"decision": "not_duplicates", "images": ["visualprm:gone.png", "mmrb2:eval.jpg"]},
+        {"decision": "not_leak", "train": "visualprm:chart.png"},
+    ])
+    _, contamination, result = find_duplicates(table, 8, overrides=o)
+    assert contamination["train_image_key"].to_pylist() == ["copy.jpg"]
+    assert [(r["number"], r["applied"], r["effect"]) for r in result.applied.to_pylist()] == [
+        (1, True, "applied: removed 1 contamination row"),
+        (2, False, "not applied: no hashed image named visualprm:gone.png in this release"),
+        (3, True, "applied: no contamination row matched (nothing to remove)"),
+    ]
+
+
+@pytest.mark.parametrize("doc, message", [
+    ("not json", "not JSON"),
+    ('{"decisions": []}', 'expected {"format": 1'),
+    ('{"format": 1, "decisions": [{"decision": "maybe", "images": ["a:b", "c:d"]}]}', "decision must be one of"),
+    ('{"format": 1, "decisions": [{"decision": "duplicates", "images": ["a:b"]}]}', "names exactly two images"),
+    ('{"format": 1, "decisions": [{"decision": "not_leak", "train": "plainname"}]}', "<dataset>:<image_key> or sha256:<hex>"),
+    ('{"format": 1, "decisions": [{"decision": "duplicates", "images": ["a:b", "a:b"]}]}', "the same image twice"),
+])
+def test_a_file_that_cannot_be_used_is_named_with_the_entry(tmp_path, doc, message):
+    path = tmp_path / "overrides.json"
+    path.write_text(doc)
+    with pytest.raises(ov.OverridesError) as err:
+        ov.load(str(path))
+    assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+def test_the_cli_file_is_versioned_and_its_decisions_are_part_of_the_release_id(tmp_path):
+    path = str(tmp_path / "overrides.json")
+    base = Settings(overrides=path).fingerprint()
+    assert "overrides" not in base  # no file: the release id is what it was before overrides existed
+    ov.add(path, "not_leak", ["visualprm:a.png"], reason="public diagram", by="ana")
+    first = Settings(overrides=path).fingerprint()["overrides"]
+    again = ov.add(path, "not_leak", ["visualprm:a.png"], reason="reworded", by="bo")  # same decision replaced
+    assert again.revision == 2 and len(again.decisions) == 1 and again.decisions[0].by == "bo"
+    assert Settings(overrides=path).fingerprint()["overrides"] == first  # notes are not content
+    ov.add(path, "duplicates", ["visualprm:a.png", "mmrb2:b.png"], by="ana")
+    second = Settings(overrides=path).fingerprint()["overrides"]
+    assert second != first
+    doc = json.loads((tmp_path / "overrides.json").read_text())
+    assert doc["format"] == 1 and doc["revision"] == 3
+    assert [d["decision"] for d in doc["decisions"]] == ["not_leak", "duplicates"]
+    after = ov.remove(path, 2)
+    assert after.revision == 4 and Settings(overrides=path).fingerprint()["overrides"] == first
+    with pytest.raises(ov.OverridesError, match="there is no decision 5"):
+        ov.remove(path, 5)
