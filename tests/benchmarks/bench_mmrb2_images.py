@@ -31,22 +31,27 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
-def make_zip(path: Path, n: int) -> None:
+def generated_jpeg(rng: random.Random, noise: int = 40, quality: int = 85) -> bytes:
+    """A JPEG of MMRB2's generated-image sizes: grain and sharp-edged blobs of colour."""
     from PIL import Image, ImageDraw
 
+    w, h = rng.choice([(512, 384), (640, 480), (768, 512)])
+    im = Image.effect_noise((w, h), noise).convert("RGB")
+    draw = ImageDraw.Draw(im)
+    for _ in range(12):
+        x, y = rng.randrange(w), rng.randrange(h)
+        draw.ellipse([x, y, x + rng.randrange(20, 200), y + rng.randrange(20, 200)],
+                     fill=tuple(rng.randrange(256) for _ in range(3)))
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def make_zip(path: Path, n: int) -> None:
     rng = random.Random(7)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
         for i in range(n):
-            w, h = rng.choice([(512, 384), (640, 480), (768, 512)])
-            im = Image.effect_noise((w, h), 40).convert("RGB")
-            draw = ImageDraw.Draw(im)
-            for _ in range(12):
-                x, y = rng.randrange(w), rng.randrange(h)
-                draw.ellipse([x, y, x + rng.randrange(20, 200), y + rng.randrange(20, 200)],
-                             fill=tuple(rng.randrange(256) for _ in range(3)))
-            buf = io.BytesIO()
-            im.save(buf, "JPEG", quality=85)
-            zf.writestr(f"images/pair{i // 4}_{i % 4}.jpg", buf.getvalue())
+            zf.writestr(f"images/pair{i // 4}_{i % 4}.jpg", generated_jpeg(rng))
 
 
 def run_ours(zip_path: Path, workers: int = 1) -> int:

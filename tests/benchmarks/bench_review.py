@@ -39,23 +39,14 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).parent))
 PEER_VENV = REPO / ".bench-venv"
 
 
 def _jpeg(i: int) -> bytes:
-    from PIL import Image, ImageDraw
+    from bench_mmrb2_images import generated_jpeg
 
-    rng = random.Random(i)
-    w, h = rng.choice([(512, 512), (640, 480), (768, 512)])
-    im = Image.effect_noise((w, h), 30).convert("RGB")
-    draw = ImageDraw.Draw(im)
-    for _ in range(10):
-        x, y = rng.randrange(w), rng.randrange(h)
-        draw.ellipse([x, y, x + rng.randrange(30, 220), y + rng.randrange(30, 220)],
-                     fill=tuple(rng.randrange(256) for _ in range(3)))
-    buf = io.BytesIO()
-    im.save(buf, "JPEG", quality=88)
-    return buf.getvalue()
+    return generated_jpeg(random.Random(i), noise=30, quality=88)
 
 
 def _chunk(rng_: tuple[int, int]) -> list[tuple[int, bytes]]:
