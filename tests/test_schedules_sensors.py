@@ -7,6 +7,7 @@ test touches the network.
 from __future__ import annotations
 
 import json
+import subprocess
 import shlex
 import sys
 import threading
@@ -294,5 +295,18 @@ def test_a_broken_notify_command_does_not_break_the_sensor(failed_run, monkeypat
 
 
 def test_notify_does_nothing_without_a_command(monkeypatch):
+    started = []
+
+    class Recorder(subprocess.Popen):  # subprocess.run starts every child through Popen
+        def __init__(self, args, *a, **kw):
+            started.append(args)
+            super().__init__(args, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Recorder)
     monkeypatch.delenv("REWARDHOUSE_NOTIFY_COMMAND", raising=False)
-    assert sensors.notify("run failed") is None
+    sensors.notify("run failed")
+    assert started == []
+    # The recorder sees a child when there is a command (so the assertion above can fail).
+    monkeypatch.setenv("REWARDHOUSE_NOTIFY_COMMAND", "cat")
+    sensors.notify("run failed")
+    assert started == [["cat"]]

@@ -1,5 +1,7 @@
 """The `local` source: a folder mirroring the upstream repositories, used in place."""
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.settings import MMRB2_IMAGE_REPO
@@ -20,11 +22,32 @@ def test_images_zip_name_is_accepted_and_files_are_checksummed(tmp_path):
 
 
 def test_checksum_cache_hashes_an_unchanged_file_once(tmp_path, monkeypatch):
+    import hashlib
+
     write_sample(tmp_path / "m")
-    cache = ChecksumCache(tmp_path / "c.json")
-    fetch_local(tmp_path / "m", cache)
-    monkeypatch.setattr("pipeline.sources.base.sha256_file", lambda p: pytest.fail(f"re-hashed {p}"))
-    fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))  # a fresh cache object reads the saved one
+    hashed = []
+
+    def counting(path):
+        hashed.append(Path(path).name)
+        return sha256_file(path)
+
+    monkeypatch.setattr("pipeline.sources.base.sha256_file", counting)
+    first = fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))
+    # The first fetch hashes each of the six files once.
+    assert sorted(hashed) == sorted(["image.zip", "t2i_response_only.json", "edit_response_only.json",
+                                     "interleaved_response_only.json", "reasoning_response_only.json",
+                                     "new_task_release.json"])
+    hashed.clear()
+    second = fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))  # a fresh cache object reads the saved one
+    assert hashed == []
+    assert second.checksums() == first.checksums()
+    zip_path = tmp_path / "m" / MMRB2_IMAGE_REPO / "image.zip"
+    assert first.checksums()["image_zip"] == hashlib.sha256(zip_path.read_bytes()).hexdigest()
+    # A changed file is hashed again.
+    (tmp_path / "m" / "facebookresearch/MMRB2/benchmark/t2i_response_only.json").write_text('{"pairs": []}')
+    third = fetch_local(tmp_path / "m", ChecksumCache(tmp_path / "c.json"))
+    assert hashed == ["t2i_response_only.json"]
+    assert third.checksums()["annotations:t2i"] == hashlib.sha256(b'{"pairs": []}').hexdigest()
 
 
 def test_missing_annotation_file_names_what_is_missing(tmp_path):
