@@ -31,25 +31,36 @@ def _next_suffix(suffix: str) -> str:
     return "a" + "".join(letters)
 
 
-def split_parts(path: Path) -> list[Path]:
-    """The files that make up the archive `path` names: itself, or for a split archive named by
-    its first part (`images.zip_aa`) every part beside it, in order. A gap in the sequence, or a
-    name that is not the first part, is an ArchiveError."""
-    match = SPLIT.match(path.name)
+def split_part_names(name: str, siblings: list[str], where: str) -> list[str]:
+    """The names of the parts that make up the archive `name`, among the file names `siblings` of
+    its folder (`where` names that folder in messages): `name` itself, or for a split archive named
+    by its first part (`images.zip_aa`) every part, in order. A gap in the sequence, or a name that
+    is not the first part, is an ArchiveError. Used for files and for objects in a bucket alike."""
+    match = SPLIT.match(name)
     if match is None:
-        return [path]
+        return [name]
     stem, first = match["stem"], match["part"]
     if first.strip("a"):
-        raise ArchiveError(f"{path} is not the first part of a split archive; name {stem}_{'a' * len(first)}")
-    found = sorted(p for p in path.parent.glob(f"{stem}_*") if SPLIT.match(p.name) and len(p.name) == len(path.name))
+        raise ArchiveError(f"{where}/{name} is not the first part of a split archive; name {stem}_{'a' * len(first)}")
+    found = sorted(n for n in siblings if n.startswith(stem + "_") and SPLIT.match(n) and len(n) == len(name))
     expected, parts = first, []
     for part in found:
-        suffix = SPLIT.match(part.name)["part"]
+        suffix = SPLIT.match(part)["part"]
         if suffix != expected:
-            raise ArchiveError(f"split archive {path.parent / stem}: part {stem}_{expected} is missing (found {part.name})")
+            raise ArchiveError(f"split archive {where}/{stem}: part {stem}_{expected} is missing (found {part})")
         parts.append(part)
         expected = _next_suffix(expected)
+    if not parts:
+        raise ArchiveError(f"{where}/{name}: no such file")
     return parts
+
+
+def split_parts(path: Path) -> list[Path]:
+    """split_part_names for a file: the parts beside it, as paths."""
+    if SPLIT.match(path.name) is None:
+        return [path]
+    siblings = [p.name for p in path.parent.glob(f"{SPLIT.match(path.name)['stem']}_*")]
+    return [path.parent / n for n in split_part_names(path.name, siblings, str(path.parent))]
 
 
 def is_split(path: Path) -> bool:

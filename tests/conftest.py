@@ -191,3 +191,30 @@ def serve_vlrb(hub, upstream: Path) -> str:
     write_vlrb_sample(upstream)
     return hub.add_dataset_commit(REPO, {"README.md": b"# VL-RewardBench\n", RELPATH[len(REPO) + 1:]: (upstream / RELPATH).read_bytes()})
 
+
+
+# ---- skips are never silent ---------------------------------------------------------------------
+_SKIPPED: list[tuple[str, str, bool]] = []  # (test, reason, is a browser test)
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        _SKIPPED.append((report.nodeid, reason, "browser" in report.keywords))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """`make test` ends with the skipped tests and why (or says none was); where the browser tests
+    must run (REWARDHOUSE_REQUIRE_BROWSER=1, set by .ci/run), a skipped one fails the session."""
+    tr = terminalreporter
+    tr.write_sep("-", f"skipped: {len(_SKIPPED) or 'none'}")
+    for nodeid, reason, _ in _SKIPPED:
+        tr.write_line(f"SKIPPED {nodeid}: {reason}")
+    if os.environ.get("REWARDHOUSE_REQUIRE_BROWSER") == "1" and any(b for *_, b in _SKIPPED):
+        tr.write_line("FAILED: browser tests were skipped, and REWARDHOUSE_REQUIRE_BROWSER=1 requires them", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("REWARDHOUSE_REQUIRE_BROWSER") == "1" and any(b for *_, b in _SKIPPED) and exitstatus == 0:
+        session.exitstatus = 1

@@ -1,7 +1,7 @@
 """Publish one release through `publish_release`, as the `warehouse_release` asset does, in a
 process of its own so a test can kill it, starve it of disk or run several at once.
 
-    python tests/publish_helper.py ROOT SEQ [--keep K] [--go] [--fsize BYTES]
+    python tests/publish_helper.py ROOT SEQ [--keep K] [--go] [--fsize BYTES] [--pause-at N]
 
 `stage(root, seq)` first writes what the release is made of: Parquet tables under ROOT/staging/SEQ
 (published by copy, as the asset publishes its candidate), an export file to copy and a folder of
@@ -9,8 +9,15 @@ content-addressed blobs to hard-link. SEQ names the release and sets its row cou
 release's counts differ. With --go the helper prints "ready" once imported and starts on a line on
 stdin, so a kill can be timed against the publish alone. --fsize caps the size of any file the
 process writes (RLIMIT_FSIZE with SIGXFSZ ignored: the write fails with EFBIG, as on a full disk).
-Prints what it did as JSON (release id, published, pruned, row counts, timings); a PublishError
-exits 3 with its one-line message on stderr.
+Prints what it did as JSON (release id, published, pruned, row counts, timings, and the events it
+went through); a PublishError exits 3 with its one-line message on stderr.
+
+Events, so a kill test aims at a moment of the publish rather than at a time: every file-system
+step that makes a publish durable or visible (os.fsync, os.replace, os.rename, os.link,
+shutil.copyfile / copy2) and every DuckDB statement is an event, numbered from 1 in the order the
+publish makes them. With --pause-at N (or NAME#K, the K-th event of that name; several,
+comma-separated) the helper prints `event N <name>` just before that event and waits there for a
+line on stdin, so a test can look at the data root at that moment, or kill it.
 """
 
 from __future__ import annotations
@@ -87,6 +94,69 @@ class TimedStore(ReleaseStore):
             self.written_at = time.perf_counter()
 
 
+EVENTS: list[str] = []
+
+
+def install_events(pause_at: str) -> None:
+    """Wrap the steps a publish is made of so each is an event (module docstring). `pause_at` lists
+    pause points, comma-separated: "N" (the N-th event) or "NAME#K" (the K-th event called NAME,
+    e.g. os.replace#2). At each the helper prints `event <point> <name>` and waits for a line on
+    stdin before taking the step (no line ever: it waits until it is killed)."""
+    import os
+    import shutil
+
+    import duckdb
+
+    points = [p for p in pause_at.split(",") if p]
+    seen: dict[str, int] = {}
+
+    def event(name: str) -> None:
+        EVENTS.append(name)
+        seen[name] = seen.get(name, 0) + 1
+        for point in points:
+            want_name, _, want_k = point.partition("#")
+            if (want_k and name == want_name and seen[name] == int(want_k)) or (not want_k and str(len(EVENTS)) == point):
+                print(f"event {point} {name}", flush=True)
+                if not sys.stdin.readline():  # no one will say go on: stay here until killed
+                    while True:
+                        time.sleep(60)
+
+    def wrap(owner, attr: str) -> None:
+        original = getattr(owner, attr)
+
+        def step(*args, **kwargs):
+            event(f"{owner.__name__}.{attr}")
+            return original(*args, **kwargs)
+
+        setattr(owner, attr, step)
+
+    for owner, attr in ((os, "fsync"), (os, "replace"), (os, "rename"), (os, "link"), (shutil, "copyfile"),
+                        (shutil, "copy2")):
+        wrap(owner, attr)
+
+    class Connection:
+        """A DuckDB connection whose statements are events."""
+
+        def __init__(self, con):
+            self._con = con
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self._con.__exit__(*exc)
+
+        def execute(self, *args, **kwargs):
+            event("duckdb.execute")
+            return self._con.execute(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    connect = duckdb.connect
+    duckdb.connect = lambda *args, **kwargs: Connection(connect(*args, **kwargs))
+
+
 def publish(root: Path, seq: int, keep: int) -> dict:
     folder = staged(root, seq)
     store = TimedStore(root / "releases")
@@ -106,7 +176,7 @@ def publish(root: Path, seq: int, keep: int) -> dict:
         rendered={"exports/meta.json": lambda final: json.dumps({"root": str(final)}).encode()},
     )
     return {"release_id": manifest.release_id, "published": published, "pruned": pruned, "rows": manifest.row_counts,
-            "writing_s": store.written_at - started, "seconds": time.perf_counter() - started}
+            "writing_s": store.written_at - started, "seconds": time.perf_counter() - started, "events": EVENTS}
 
 
 def assert_release_complete(store: ReleaseStore, rid: str) -> None:
@@ -134,7 +204,9 @@ def main() -> int:
     parser.add_argument("--keep", type=int, default=3)
     parser.add_argument("--go", action="store_true")
     parser.add_argument("--fsize", type=int, default=0)
+    parser.add_argument("--pause-at", default="", help="stop just before event N, or NAME#K (see the docstring)")
     args = parser.parse_args()
+    install_events(args.pause_at)
 
     if args.fsize:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

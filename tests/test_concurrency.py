@@ -38,6 +38,16 @@ while not stop.exists():
 """
 
 
+def _fresh_answer(db: Path) -> tuple[str, dict[str, int]]:
+    """What a new reader sees: the warehouse opened in a process of its own (a process shares one
+    DuckDB instance per file, so a second connection here would share the held one's session)."""
+    code = f"import json, sys\nfrom warehouse.duck import connect_readonly\n" \
+           f"print(json.dumps(connect_readonly(sys.argv[1]).execute({ANSWER_SQL!r}).fetchone()))"
+    out = subprocess.run([sys.executable, "-c", code, str(db)], cwd=HERE.parent, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return _answer(json.loads(out.stdout))
+
+
 def _answer(row) -> tuple[str, dict[str, int]]:
     return row[0], dict(zip(TABLES, row[1:]))
 
@@ -65,24 +75,42 @@ def test_two_cli_runs_at_once_queue_and_both_succeed(tmp_path):
             assert con.execute(f'select count(*) from main."{table}"').fetchone()[0] == rows, table
 
 
+def _helper(root: Path, seq: int, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(HELPER), str(root), str(seq), "--keep", "0", *extra],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _at(proc: subprocess.Popen, point: str) -> None:
+    """Wait until the helper stops at `point` (it prints `event <point> ...`)."""
+    line = proc.stdout.readline()
+    assert line.startswith(f"event {point} "), (line, proc.poll())
+
+
+def _go_on(proc: subprocess.Popen) -> None:
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+
+
 def test_two_publishers_at_once_take_turns_on_the_warehouse_writer(tmp_path):
     root = tmp_path / "home"
     for seq in (1, 2, 3):
         stage(root, seq)
     assert subprocess.run([sys.executable, str(HELPER), str(root), "1"], capture_output=True, timeout=120).returncode == 0
-    procs = {}
-    for seq in (2, 3):
-        procs[seq] = subprocess.Popen([sys.executable, str(HELPER), str(root), str(seq), "--go", "--keep", "0"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert procs[seq].stdout.readline().strip() == "ready"
-    for proc in procs.values():
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    results = {seq: (*proc.communicate(timeout=120), proc.returncode) for seq, proc in procs.items()}
+    # The first publisher is held inside the writer lock (before the first table is copied in); the
+    # second then starts and says it waits; only then does the first go on. Driven by what the two
+    # print, so it neither flakes nor tests less on a faster or slower machine.
+    first = _helper(root, 2, "--pause-at", "shutil.copyfile#1")
+    _at(first, "shutil.copyfile#1")
+    second = _helper(root, 3)
+    waited = second.stderr.readline()
+    assert "waiting for the warehouse writer" in waited and f"held by pid {first.pid} " in waited, waited
+    assert second.poll() is None
+    _go_on(first)
+    results = {seq: (*proc.communicate(timeout=120), proc.returncode) for seq, proc in ((2, first), (3, second))}
     for seq, (out, err, code) in results.items():
         assert code == 0, err
-        assert json.loads(out)["published"] is True
-    (waiter,) = [seq for seq, (_, err, _) in results.items() if "waiting for the warehouse writer" in err]
+        assert json.loads(out.splitlines()[-1])["published"] is True
+    waiter = 3
 
     store = ReleaseStore(root / "releases")
     assert [m.release_id for m in store.list()][-1] == "r0001" and len(store.list()) == 3
@@ -108,17 +136,25 @@ def test_readers_see_one_whole_release_while_others_are_published(tmp_path):
     first = reader.stdout.readline()
     held = connect_readonly(db)
     held_answers = [_answer(held.execute(ANSWER_SQL).fetchone())]
-    publisher = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from publish_helper import publish\n"
-                               "for seq in map(int, sys.argv[2:]): publish(Path(sys.argv[1]), seq, keep=0)",
-         str(root), *map(str, seqs[1:])],
-        cwd=HERE, stderr=subprocess.PIPE, text=True,
-    )
-    while publisher.poll() is None:
-        held_answers.append(_answer(held.execute(ANSWER_SQL).fetchone()))
-        time.sleep(0.005)
+    # Each publish is stopped at three moments (publish_helper's events): writing the release
+    # folder, just before the warehouse swap, just before the CURRENT swap. At each, the held
+    # connection and a fresh one are asked; the publish then goes on.
+    points = ("shutil.copyfile#1", "os.replace#1", "os.replace#2")
+    fresh_answers = []
+    for seq in seqs[1:]:
+        proc = _helper(root, seq, "--pause-at", ",".join(points))
+        for point in points:
+            _at(proc, point)
+            held_answers.append(_answer(held.execute(ANSWER_SQL).fetchone()))
+            fresh_answers.append((seq, point, _fresh_answer(db)[0]))
+            _go_on(proc)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
     held.close()
-    assert publisher.returncode == 0, publisher.stderr.read()
+    assert fresh_answers == [
+        (seq, point, release_id(seq - 1) if point != "os.replace#2" else release_id(seq))
+        for seq in seqs[1:] for point in points
+    ]  # the warehouse moves to a release in one swap, before CURRENT does
     lines = [first]
     deadline = time.monotonic() + 60
     while f'"{release_id(seqs[-1])}"' not in lines[-1] and time.monotonic() < deadline:
@@ -130,7 +166,7 @@ def test_readers_see_one_whole_release_while_others_are_published(tmp_path):
     assert not [line for line in lines if isinstance(line, dict)], err
     answers = [_answer(line) for line in lines]
     # The held connection keeps the snapshot it opened: the first release, whole, throughout.
-    assert len(held_answers) > 20 and set(map(json.dumps, held_answers)) == {json.dumps(("r0001", row_counts(1)))}
+    assert len(held_answers) == 10 and set(map(json.dumps, held_answers)) == {json.dumps(("r0001", row_counts(1)))}
     store = ReleaseStore(root / "releases")
     for rid, counts in answers:
         assert counts == row_counts(int(rid[1:])) == store.manifest(rid).row_counts, rid

@@ -4,11 +4,9 @@ import duckdb
 
 from pipeline.cli import main
 from pipeline.settings import MMRB2_IMAGE_REPO, VISUALPRM_REPO
-from pipeline.mmrb2.sample import sample_facts
 from conftest import serve_samples
-from pipeline.visualprm.sample import PARQUET_RELPATH, visualprm_sample_facts
+from pipeline.visualprm.sample import PARQUET_RELPATH
 from pipeline.vlrb.sample import RELPATH as VLRB_RELPATH
-from pipeline.vlrb.sample import facts as vlrb_facts
 from pipeline.vlrb.sample import parquet_bytes as vlrb_parquet_bytes
 
 
@@ -28,10 +26,10 @@ def test_hf_source_downloads_publishes_and_does_not_download_twice(hub, home, tm
         samples = con.execute("select count(*) from prm_samples").fetchone()[0]
         vlrb_sources = con.execute("select sources->'vlrb'->'revisions' from releases").fetchone()[0]
         vlrb_pairs = con.execute("select count(*) from vlrb_pairs").fetchone()[0]
-    assert pairs == sum(sample_facts().pairs_per_task.values())
+    assert pairs == 29  # 8 t2i, 8 edit, 6 interleaved, 7 reasoning
     assert MMRB2_IMAGE_REPO in sources and sha in sources
-    assert prm_sha in prm_sources and samples == len(visualprm_sample_facts().expected)
-    assert vlrb_sha in vlrb_sources and vlrb_pairs == len(vlrb_facts().published)
+    assert prm_sha in prm_sources and samples == 236
+    assert vlrb_sha in vlrb_sources and vlrb_pairs == 96
     assert (home / "raw" / "hf" / VLRB_RELPATH).read_bytes() == vlrb_parquet_bytes()
     assert (home / "raw" / "hf" / PARQUET_RELPATH).read_bytes() == shard
     assert (home / "raw" / "hf" / MMRB2_IMAGE_REPO / "image.zip").read_bytes() == zip_bytes

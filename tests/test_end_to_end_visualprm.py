@@ -1,6 +1,7 @@
 """VisualPRM through Dagster into a release: tables, label stats, export files and their round trip."""
 
 import json
+import re
 import shutil
 
 import duckdb
@@ -53,10 +54,13 @@ def test_sample_tables_match_what_the_generator_planted(release):
 def test_malformed_rows_are_quarantined_with_reasons(release):
     root, _ = release
     got = dict(q(root, "select record_key, reason from quarantine where dataset = 'visualprm' and stage = 'parse'"))
-    assert set(got) == set(visualprm_sample_facts().malformed)
-    assert got["scienceqa_00057_4"] == "messages is not valid JSON"
-    assert got["iconqa_00002_4"] == "label 'maybe' of step 1 is neither '+' nor '-'" or "maybe" in got["iconqa_00002_4"]
-    assert "has no label" in got["CLEVR_math_00047_4"]
+    assert got == {
+        "scienceqa_00057_4": "messages is not valid JSON",
+        "iconqa_00002_4": "label 'maybe' of step 1 is neither '+' nor '-'",
+        "CLEVR_math_00047_4": "step 4 has no label",
+        "chartqa_00033_3": "turn 0 is not a {from, value} or {role, content} object",
+        "geoqa+_00028_4": "JSON object without a steps_with_score list",
+    }
 
 
 def test_issue_query_and_label_stats(release, capsys, monkeypatch):
@@ -135,7 +139,11 @@ def test_samples_with_unloadable_images_are_left_out_of_the_export_with_a_reason
     _, rel = release
     assert len((rel / "exports" / "visualprm_train.jsonl").read_text().splitlines()) == exported
     reasons = [r for (r,) in q(root, "select reason from quarantine where stage = 'export'")]
-    assert reasons and all(" is unresolved " in r or " is corrupt" in r for r in reasons)
+    unresolved = "is unresolved (not embedded, and no image root was given (--images))"
+    assert len(reasons) == 146  # 141 samples over 36 path images the sample does not embed, 5 over one corrupt image
+    assert sum(r == "image MathV360K/data_images/00958.jpg is corrupt" for r in reasons) == 5
+    assert all(re.fullmatch(rf"image \S+ {re.escape(unresolved)}", r) for r in reasons
+               if r != "image MathV360K/data_images/00958.jpg is corrupt")
 
 
 def test_local_internvl_jsonl_form_with_images_in_a_folder_and_a_zip(tmp_path, home, capsys):

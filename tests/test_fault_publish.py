@@ -1,4 +1,4 @@
-"""Faults during a publish: the publishing process killed at random moments, a full disk, an
+"""Faults during a publish: the publishing process killed just before each of its steps, a full disk, an
 unwritable releases folder. Each time CURRENT names a whole release, the warehouse opens read-only
 on a whole release, and the next publish recovers."""
 
@@ -8,7 +8,6 @@ import collections
 import ctypes
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -25,7 +24,6 @@ from warehouse.store import CURRENT, ReleaseStore
 HELPER = Path(__file__).resolve().parent / "publish_helper.py"
 CLI = Path(sys.executable).with_name("rewardhouse")
 KEEP = 3
-TRIALS = 24
 
 
 def assert_consistent(root: Path) -> tuple[str, str]:
@@ -55,12 +53,14 @@ def _publish(root: Path, seq: int, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(_command(root, seq, *extra), capture_output=True, text=True, timeout=120)
 
 
-def _started(root: Path, seq: int) -> subprocess.Popen:
-    """A publisher with everything imported, waiting for "go" on stdin."""
-    proc = subprocess.Popen(_command(root, seq, "--go"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def _paused(root: Path, seq: int, event: str) -> tuple[subprocess.Popen, str]:
+    """A publisher stopped just before `event` ("NAME#K": the K-th step of that name, see
+    publish_helper), and the step's name; waits for the line it prints there, not for a time."""
+    proc = subprocess.Popen(_command(root, seq, "--pause-at", event), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    return proc
+    line = proc.stdout.readline().strip()
+    assert line.startswith(f"event {event} "), (line, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+    return proc, line.split(" ", 2)[2]
 
 
 def _leftovers(root: Path) -> list[str]:
@@ -83,38 +83,38 @@ def _stage_reached(root: Path, new: str, returncode: int) -> str:
     return "before writing"
 
 
-def test_sigkill_at_random_moments_never_leaves_a_partial_release(tmp_path):
+def test_sigkill_at_every_step_never_leaves_a_partial_release(tmp_path):
     root = tmp_path / "home"
     for seq in (1, 2):
         assert _publish(root, seq).returncode == 0
-    # An unhindered publish, timed from "go" to exit, to spread the kills over it.
-    stage(root, 3)
-    calibration = _started(root, 3)
-    started = time.perf_counter()
-    out, err = calibration.communicate("go\n", timeout=60)
-    duration = time.perf_counter() - started
-    assert calibration.returncode == 0, err
-    writing = json.loads(out)["writing_s"]  # the release folder; the warehouse rebuild and swaps follow
+    # An unhindered publish lists its steps (events); then one publish is killed just before each
+    # chosen step, found by the line the helper prints there, so a faster or slower machine kills
+    # at the same moments.
+    calibration = _publish(root, 3)
+    assert calibration.returncode == 0, calibration.stderr
+    events = json.loads(calibration.stdout)["events"]
     assert_consistent(root)
-
-    rng = random.Random(20240611)
-    # Stratified: half the kills at a random moment in each equal slice of writing the release,
-    # half in each slice of the rest, in shuffled order.
-    half = TRIALS // 2
-    delays = [writing * (k + rng.random()) / half for k in range(half)]
-    delays += [writing + (duration - writing) * (k + rng.random()) / half for k in range(TRIALS - half)]
-    rng.shuffle(delays)
+    # Every step but the content-addressed links (every 10th) and DuckDB statements (every 3rd):
+    # fsyncs, copies, renames and replaces are where a half-done publish could show.
+    # A step is named by its kind and its place among steps of that kind (NAME#K), which stays the
+    # same step when a later publish also prunes old releases.
+    seen = collections.Counter()
+    chosen = []
+    for name in events:
+        seen[name] += 1
+        if name == "os.link" and seen[name] % 10 != 1 or name == "duckdb.execute" and seen[name] % 3 != 1:
+            continue
+        chosen.append(f"{name}#{seen[name]}")
     stages: collections.Counter[str] = collections.Counter()
+    killed_at: collections.Counter[str] = collections.Counter()
     left = 0
     trials_started = time.perf_counter()
-    for k, delay in enumerate(delays):
+    for k, event in enumerate(chosen):
         seq = 10 + k
         stage(root, seq)
         before_current, before_served = assert_consistent(root)
-        proc = _started(root, seq)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        time.sleep(delay)
+        proc, name = _paused(root, seq, event)
+        killed_at[name] += 1
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
         new = release_id(seq)
@@ -128,9 +128,11 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_release(tmp_path):
         left += bool(_leftovers(root))
         shutil.rmtree(root / "staging" / str(seq))
     elapsed = time.perf_counter() - trials_started
-    print(f"\n{TRIALS} kills in {elapsed:.1f}s over a {duration:.2f}s publish ({writing:.2f}s writing the "
-          f"release): {dict(stages)}; {left} left temporaries behind")
-    assert stages["writing the release"] >= 3 and stages["rebuilding the warehouse"] >= 3, stages
+    print(f"\n{len(chosen)} kills (of {len(events)} steps) in {elapsed:.1f}s: at {dict(killed_at)}; reached "
+          f"{dict(stages)}; {left} left temporaries behind")
+    assert len(chosen) >= 35
+    assert stages["writing the release"] >= 10 and stages["rebuilding the warehouse"] >= 5, stages
+    assert stages["warehouse swapped, CURRENT not yet"] >= 1, stages  # killed before os.replace of CURRENT
 
     done = _publish(root, 99)
     assert done.returncode == 0, done.stderr

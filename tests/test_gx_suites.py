@@ -61,13 +61,34 @@ def test_every_table_of_the_sample_release_passes_its_suite(sample_run, release_
     assert results["prm_steps"].rows > 1000 and results["mmrb2_pairs"].rows == 29
 
 
+# Column kind -> (the Arrow types a published column of that kind may have, the pandas dtypes its
+# GX type expectation accepts), written out here rather than read from checks/suites.py.
+KINDS = {
+    "string": (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), ["StringDtype"]),
+    "int": (pa.types.is_integer, ["Int8Dtype", "Int16Dtype", "Int32Dtype", "Int64Dtype"]),
+    "int64": (lambda t: t == pa.int64(), ["Int64Dtype"]),
+    "float": (pa.types.is_floating, ["Float32Dtype", "Float64Dtype"]),
+    "bool": (pa.types.is_boolean, ["BooleanDtype"]),
+    "list": (lambda t: pa.types.is_list(t) or pa.types.is_large_list(t), ["list"]),
+}
+
+
 def test_suites_match_the_published_schema(release_tables):
     for table in SUITE_TABLES:
-        assert set(release_tables[table].column_names) == set(columns(table)), table
+        schema = release_tables[table].schema
+        kinds = columns(table)
+        assert set(schema.names) == set(kinds), table
+        for name, kind in kinds.items():  # each published column has its contract's type
+            assert KINDS[kind][0](schema.field(name).type), (table, name, str(schema.field(name).type), kind)
         suite = build_suite(table)
         assert suite.name == table
-        types = {e.expectation_type for e in suite.expectations}
-        assert "expect_table_columns_to_match_set" in types
+        by_type = {}
+        for e in suite.expectations:
+            by_type.setdefault(e.expectation_type, []).append(e)
+        (match_set,) = by_type["expect_table_columns_to_match_set"]
+        assert set(match_set.column_set) == set(kinds) and match_set.exact_match is True
+        type_lists = {e.column: list(e.type_list) for e in by_type["expect_column_values_to_be_in_type_list"]}
+        assert type_lists == {name: KINDS[kind][1] for name, kind in kinds.items()}, table
 
 
 def test_a_label_that_is_neither_plus_nor_minus_is_caught(release_tables, tmp_path):

@@ -223,26 +223,47 @@ def test_sql_copy_to_a_file_creates_no_file(warehouse_home, tmp_path, capsys):
     assert not target.exists()
 
 
-@pytest.mark.parametrize(
-    "query",
-    [
-        EXAMPLE_SQL,
-        "select source, avg(label='+') from prm_steps join prm_samples using (sample_id) group by 1",
-        "select * from prm_label_stats",
-        "select release_id, sources->'mmrb2'->'revisions' as revisions, created_at from releases",
-        "select * from mmrb2_task_summary",
-        "with t as (select task from mmrb2_pairs) from t select count(*)",
-        "show tables",
-        "describe mmrb2_pairs",
-        "summarize mmrb2_pairs",
-        "explain select * from mmrb2_pairs",
-        "pragma database_size",
-    ],
-)
-def test_sql_still_answers_queries(warehouse_home, capsys, query):
-    code, out, err = _sql(capsys, query)
+PAIRS_COLUMNS = [("pair_id", "VARCHAR"), ("task", "VARCHAR"), ("prompt_source", "VARCHAR"), ("prompt_metadata", "VARCHAR"),
+                 ("model_a", "VARCHAR"), ("model_b", "VARCHAR"), ("chosen", "VARCHAR"), ("human_annotations", "VARCHAR"),
+                 ("n_images_a", "INTEGER"), ("n_images_b", "INTEGER"), ("n_texts_a", "INTEGER"), ("n_texts_b", "INTEGER"),
+                 ("has_prompt_content", "BOOLEAN")]
+
+
+def _rows(out: str) -> list[list[str]]:
+    return [line.split(",") for line in out.strip().splitlines()[1:]]
+
+
+# Each query with what the embedded sample's release must answer (values of the sample's data).
+QUERIES = [
+    (EXAMPLE_SQL, lambda rows: rows == [["edit", "8", "50.0"], ["interleaved", "6", "66.7"], ["reasoning", "7", "42.9"],
+                                        ["t2i", "8", "62.5"]]),
+    ("select source, round(avg(label='+'), 4) from prm_steps join prm_samples using (sample_id) group by 1 order by 1",
+     lambda rows: rows[:3] == [["CLEVR_math", "0.9251"], ["MathV360K", "0.9467"], ["ai2d", "0.9306"]] and len(rows) == 9),
+    ("select scope, source, samples, steps from prm_label_stats where scope = 'overall'",
+     lambda rows: rows == [["overall", "(all)", "236", "1478"]]),
+    ("select count(*), count(sources->'mmrb2'->'revisions'), bool_and(is_current) from releases",
+     lambda rows: rows == [["1", "1", "True"]]),
+    ("select * from mmrb2_task_summary",
+     lambda rows: rows == [["edit", "8", "50.0", "17", "0", "1"], ["interleaved", "6", "66.7", "26", "0", "0"],
+                           ["reasoning", "7", "42.9", "14", "1", "1"], ["t2i", "8", "62.5", "16", "0", "0"]]),
+    ("with t as (select task from mmrb2_pairs) from t select count(*)", lambda rows: rows == [["29"]]),
+    ("show tables", lambda rows: [r[0] for r in rows] == [
+        "_rewardhouse", "contamination", "dedupe_near_misses", "dedupe_overrides", "duplicate_clusters", "image_hashes",
+        "mmrb2_images", "mmrb2_pairs", "mmrb2_prompt_items", "mmrb2_response_items", "mmrb2_task_summary", "prm_images",
+        "prm_label_stats", "prm_samples", "prm_steps", "quality_results", "quarantine", "releases", "vlrb_images",
+        "vlrb_pairs"]),
+    ("describe mmrb2_pairs", lambda rows: [(r[0], r[1]) for r in rows] == PAIRS_COLUMNS),
+    ("summarize mmrb2_pairs", lambda rows: [r[0] for r in rows] == [c for c, _ in PAIRS_COLUMNS]),
+    ("explain select * from mmrb2_pairs", lambda rows: rows[0][0] == "physical_plan" and "Seq Scan" in rows[0][1]),
+    ("pragma database_size", lambda rows: len(rows) == 1 and rows[0][0] == "warehouse"),
+]
+
+
+@pytest.mark.parametrize("query, expected", QUERIES, ids=[q[:40] for q, _ in QUERIES])
+def test_sql_still_answers_queries(warehouse_home, capsys, query, expected):
+    code, out, err = _sql(capsys, query, "--format", "csv")
     assert code == 0, err
-    assert out.strip().endswith("row)") or out.strip().endswith("rows)")
+    assert expected(_rows(out)), out
 
 
 def test_consumer_connection_refuses_catalog_writes(warehouse_home):

@@ -120,7 +120,7 @@ def test_a_changed_task_redoes_only_its_partition_and_one_partition_publishes(tm
         dropped = _drop_first_pair(mirror, "edit")
         second = _run(instance, mirror, home, partition_key="edit")
         assert second.success
-        assert _task_mats(second) == {"edit": _task_mats(second)["edit"]}
+        assert list(_task_mats(second)) == ["edit"]  # only the edit partition ran
         assert _task_mats(second)["edit"]["reused"] is False
         release_2 = (home / "releases" / "CURRENT").read_text().strip()
         assert release_2 != release_1

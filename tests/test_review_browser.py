@@ -15,6 +15,7 @@ The planted decisions are literal names of the embedded sample (pipeline/*/sampl
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pytest
 from conftest import published_home
 from pipeline.cli import main
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("REWARDHOUSE_CHROMIUM", "/usr/bin/chromium"))  # Debian's package
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

@@ -80,6 +80,11 @@ def test_an_s3_root_runs_end_to_end_and_a_second_machine_reads_it(s3, tmp_path, 
     assert manifest["tables"]["prm_steps"]["rows"] == 1478 and manifest["database"]["file"] == "release.duckdb"
     meta = json.loads(bucket._get(f"team/releases/{rid}/exports/visualprm_train_meta.json")[0])
     assert meta["visualprm_train"]["root"] == f"{url}/releases/{rid}/exports"
+    # The review page goes with the release, its thumbnails beside it, and the run names its URL.
+    page = bucket._get(f"team/releases/{rid}/review/index.html")[0].decode()
+    thumbs = [k for k in keys if k.startswith(f"team/releases/{rid}/review/thumbs/")]
+    assert len(thumbs) == 22 and all(k.rsplit("/", 1)[1][:-4] in page for k in thumbs)
+    assert f"review the dedupe and contamination decisions: {url}/releases/{rid}/review/index.html" in out
     # Credentials are passed to the client and nowhere else: not in the output, not in any file.
     assert SECRET not in out + err
     assert not [p for p in (tmp_path / "builder").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
@@ -95,6 +100,8 @@ def test_an_s3_root_runs_end_to_end_and_a_second_machine_reads_it(s3, tmp_path, 
     assert listing.returncode == 0 and listing.stdout.startswith(f"* {rid}") and "mmrb2: 29 pairs" in listing.stdout
     refused = cli(url, endpoint, reader, "sql", "create table x as select 1")
     assert refused.returncode == 2 and "read-only" in refused.stderr
+    review = cli(url, endpoint, reader, "review")
+    assert review.returncode == 0 and review.stdout.splitlines()[0] == f"{url}/releases/{rid}/review/index.html"
     assert bucket._keys("team") == keys  # the reader wrote nothing
 
 

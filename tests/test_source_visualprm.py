@@ -27,7 +27,6 @@ from pipeline.sources import hf as hf_source
 from pipeline.sources.base import ChecksumCache, SourceError
 from pipeline.sources.hf import fetch_hf, fetch_visualprm_hf
 from pipeline.visualprm.source import (
-    listing_digest,
     prm_image_root,
     prm_image_zips,
     prm_jsonl_files,
@@ -167,10 +166,11 @@ def test_jsonl_form_lists_annotations_zips_and_a_digest_of_the_loose_files(tmp_p
     sums = snap.checksums()
     assert sums[f"prm_jsonl:{up}/annotations/ai2d_prm.jsonl"] == sha256((folder / "annotations/ai2d_prm.jsonl").read_bytes())
     assert sums[f"prm_images_zip:{up}/images/ai2d.zip"] == sha256((folder / "images/ai2d.zip").read_bytes())
-    loose = [("README.md", 16), ("images/ai2d/0.png", 5), ("images/mavis/1.png", 7)]  # dot-folders are tool state
     listing = next(f for f in snap.files if f.role == "prm_images_listing")
     assert Path(listing.path) == folder
-    assert listing.sha256 == listing_digest(loose)
+    # sha256 of the sorted (path, size) pairs as compact JSON:
+    # [["README.md",16],["images/ai2d/0.png",5],["images/mavis/1.png",7]]
+    assert listing.sha256 == "8aabb88b3ac692ef415f70b4293526cf5beff11544035d6aba12e73e802794d9"
     assert listing.size == 16 + 5 + 7
     assert prm_jsonl_files(snap) == [folder / "annotations/ai2d_prm.jsonl", folder / "annotations/mavis_geo_prm.jsonl"]
     assert prm_image_zips(snap) == [folder / "images/ai2d.zip"]

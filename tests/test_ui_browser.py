@@ -8,6 +8,7 @@ release is published, and a screenshot of the graph is saved under the data root
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from pipeline.mmrb2.tasks import PARTITION_KEYS
 from ui_server import assert_release_published, dagster_ui
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("REWARDHOUSE_CHROMIUM", "/usr/bin/chromium"))  # Debian's package
 # As root on this machine: no sandbox, and none of Chromium's own network traffic (the network
 # is closed; without these flags it keeps trying Google's hosts).
 CHROMIUM_FLAGS = [

@@ -3,13 +3,15 @@
 import io
 import stat
 import zipfile
+import zlib
 
+import pytest
 from PIL import Image
 
 from conftest import stand_in_jpeg
 from pipeline.mmrb2.images import inventory_images
 from pipeline.settings import ZipLimits
-from pipeline.zipread import is_within, read_entry, scan_zip
+from pipeline.zipread import EntryTooLarge, is_within, read_entry, scan_zip
 
 
 def _add(zf, name, data, *, mode=None, compress=zipfile.ZIP_STORED):
@@ -66,16 +68,28 @@ def test_bomb_entry_and_bomb_archive_are_refused(tmp_path):
 
 
 def test_lying_entry_header_is_caught_while_inflating(tmp_path):
-    z = _zip(tmp_path / "d.zip", [("images/x.jpg", b"x" * 5000, {"compress": zipfile.ZIP_DEFLATED})])
+    data = bytes(range(256)) * 20  # 5,120 bytes
+    z = _zip(tmp_path / "d.zip", [("images/x.jpg", data, {"compress": zipfile.ZIP_DEFLATED})])
     with zipfile.ZipFile(z) as zf:
         info = zf.getinfo("images/x.jpg")
-        info.file_size = 100  # the header lies: it claims far fewer bytes than it inflates to
-        try:
+        info.file_size = 100  # the header lies: it claims far fewer bytes than the entry inflates to
+        with pytest.raises(zipfile.BadZipFile, match="^Bad CRC-32 for file 'images/x.jpg'$"):
             read_entry(zf, info, ZipLimits())
-            raised = None
-        except Exception as exc:  # zipfile or our cap: either way it must not return the data
-            raised = exc
-    assert raised is not None
+        # With a CRC that matches its first 100 bytes, zipfile stops inflating at the declared size:
+        # no more than the header claims is ever produced, so the lie costs nothing.
+        info.CRC = zlib.crc32(data[:100])
+        assert read_entry(zf, info, ZipLimits()) == data[:100]
+
+
+def test_an_entry_above_the_limit_is_refused_while_inflating_when_not_screened(tmp_path):
+    # scan_zip refuses such an entry from its header (entry_problem); read_entry's own cap stops a
+    # caller that did not screen it, at the limit, before the rest is inflated.
+    data = bytes(range(256)) * 20
+    z = _zip(tmp_path / "e.zip", [("images/x.jpg", data, {"compress": zipfile.ZIP_DEFLATED})])
+    with zipfile.ZipFile(z) as zf:
+        with pytest.raises(EntryTooLarge, match="^entry inflates past 4096 bytes$"):
+            read_entry(zf, zf.getinfo("images/x.jpg"), ZipLimits(max_entry_bytes=4096), chunk=1024)
+        assert read_entry(zf, zf.getinfo("images/x.jpg"), ZipLimits(max_entry_bytes=len(data))) == data
 
 
 def test_inventory_marks_ok_corrupt_missing_and_quarantines_each(tmp_path):

@@ -119,29 +119,21 @@ def open_object(url: str, block: int = BLOCK_BYTES) -> BinaryIO:
 def open_object_archive(url: str) -> BinaryIO:
     """An archive in a bucket as one seekable file: one object, or a zip split into parts named by
     its first (`…/images.zip_aa`), every part beside it read by range as one."""
-    from pipeline.archives import SPLIT, ArchiveError, ConcatFile, _next_suffix
+    from pipeline.archives import SPLIT, ConcatFile, split_part_names
 
     bucket, key = _split(url)
     folder, _, name = key.rpartition("/")
-    match = SPLIT.match(name)
-    if match is None:
+    if SPLIT.match(name) is None:
         return open_object(url)
     store = bucket_store(bucket)
     import obstore
 
-    # object_store lists by whole path segments: list the folder, keep this archive's parts.
-    listed = {m["path"]: m["size"] for batch in obstore.list(store, prefix=folder or None) for m in batch
-              if m["path"].rpartition("/")[0] == folder and m["path"].rpartition("/")[2].startswith(match["stem"] + "_")}
-    suffix, keys = match["part"], []
-    if suffix.strip("a"):
-        raise ArchiveError(f"{url} is not the first part of a split archive")
-    while (part := f"{folder + '/' if folder else ''}{match['stem']}_{suffix}") in listed:
-        keys.append(part)
-        suffix = _next_suffix(suffix)
-    if not keys:
-        raise ArchiveError(f"{url}: no such object")
-    if len(keys) != len([k for k in listed if SPLIT.match(k.rpartition("/")[2])]):
-        raise ArchiveError(f"split archive {url}: part {match['stem']}_{suffix} is missing")
+    # object_store lists by whole path segments: list the folder, keep the names in it.
+    listed = {m["path"].rpartition("/")[2]: m["size"] for batch in obstore.list(store, prefix=folder or None) for m in batch
+              if m["path"].rpartition("/")[0] == folder}
+    names = split_part_names(name, list(listed), f"s3://{bucket}/{folder}".rstrip("/"))
+    keys = [f"{folder}/{n}" if folder else n for n in names]
+    listed = {f"{folder}/{n}" if folder else n: size for n, size in listed.items()}
     sizes = [listed[k] for k in keys]
     raw = ConcatFile([Path(k) for k in keys], sizes, lambda i: RangeFile(store, keys[i]))
     return io.BufferedReader(raw, buffer_size=64 * 1024)  # type: ignore[return-value]

@@ -24,7 +24,7 @@ from typing import Callable
 
 from pipeline.quarantine import Rejection
 from pipeline.sources.http_archive import HttpParts, RangeError, entry_span, fetch_entry
-from pipeline.visualprm.images import suffix_matches
+from pipeline.visualprm.images import SuffixIndex, suffix_matches
 
 DATASET = "visualprm"
 IMAGE_REPO = "OpenGVLab/VisualPRM400K"
@@ -102,21 +102,15 @@ def _match(by_name, ref: str) -> zipfile.ZipInfo | None:
     return found[0] if len(found) == 1 else None
 
 
-class HubRoot:
+class HubRoot(SuffixIndex):
     """An image root made of the entries fetched so far: archive entry name -> the stored file.
-    References resolve as against a local root (`images.suffix_matches`)."""
+    References resolve as against a local root (`images.SuffixIndex`)."""
 
     def __init__(self, index: dict[str, str], store_root: Path, label: str):
-        self.by_name: dict[str, list] = {}
-        self.rejected: list[Rejection] = []
+        super().__init__()
         self.root = label
         for entry, rel in index.items():
-            parts = PurePosixPath(entry).parts
-            self.by_name.setdefault(parts[-1], []).append((parts, ("hub", f"{label}!{entry}", str(store_root / rel))))
-
-    def locate(self, ref: str) -> tuple[tuple | None, str | None]:
-        found, _ = suffix_matches(self.by_name, ref)
-        return (found[0], None) if len(found) == 1 else (None, None)
+            self._add(PurePosixPath(entry).parts, ("hub", f"{label}!{entry}", str(store_root / rel)))
 
 
 def _read_index(path: Path) -> dict[str, str]:

@@ -213,7 +213,30 @@ def embedded_keys(parquet_files: list[Path]) -> set[str]:
     return {key for key, _ in _embedded(parquet_files)}
 
 
-class RootIndex:
+class SuffixIndex:
+    """Files (or entries) by file name; `locate` answers a reference with the one whose path shares
+    the longest suffix with it (see `suffix_matches`), or says why none: two best matches are
+    ambiguous. Subclasses fill `by_name` through `_add`."""
+
+    root: object = None
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, list[tuple[tuple[str, ...], tuple]]] = {}
+        self.rejected: list[Rejection] = []
+
+    def _add(self, parts: tuple[str, ...], location: tuple) -> None:
+        self.by_name.setdefault(parts[-1], []).append((parts, location))
+
+    def locate(self, ref: str) -> tuple[tuple | None, str | None]:
+        parts = PurePosixPath(ref).parts
+        found, best = suffix_matches(self.by_name, ref)
+        if len(found) > 1:
+            return None, (f"ambiguous in image root {self.root}: {len(found)} files end in "
+                          f"{'/'.join(parts[-best:])!r}")
+        return (found[0], None) if found else (None, None)
+
+
+class RootIndex(SuffixIndex):
     """One image root the user gave (`--images`): a folder, a zip, or a split zip named by its
     first part. Its files are indexed by file name; a reference resolves to the file whose path
     shares the longest suffix with it (whole path components), so an archive with an extra top
@@ -223,9 +246,8 @@ class RootIndex:
     ambiguous: unresolved, with why."""
 
     def __init__(self, root: Path | str, limits: ZipLimits):
+        super().__init__()
         self.root = root
-        self.by_name: dict[str, list[tuple[tuple[str, ...], tuple]]] = {}
-        self.rejected: list[Rejection] = []
         if str(root).startswith("s3://") and not archive_name(str(root)):
             for key in _object_keys(str(root)):  # loose images under a prefix of a bucket
                 self._add(tuple(key[len(str(root).rstrip("/")) + 1:].split("/")), ("object", key))
@@ -238,17 +260,6 @@ class RootIndex:
         else:
             for info in _usable_entries(root, limits, self.rejected):
                 self._add(PurePosixPath(info.filename).parts, ("zip", str(root), info))
-
-    def _add(self, parts: tuple[str, ...], location: tuple) -> None:
-        self.by_name.setdefault(parts[-1], []).append((parts, location))
-
-    def locate(self, ref: str) -> tuple[tuple | None, str | None]:
-        parts = PurePosixPath(ref).parts
-        found, best = suffix_matches(self.by_name, ref)
-        if len(found) > 1:
-            return None, (f"ambiguous in image root {self.root}: {len(found)} files end in "
-                          f"{'/'.join(parts[-best:])!r}")
-        return (found[0], None) if found else (None, None)
 
 
 class PathResolver:
