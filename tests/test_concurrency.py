@@ -160,7 +160,11 @@ def test_readers_see_one_whole_release_while_others_are_published(tmp_path):
     while f'"{release_id(seqs[-1])}"' not in lines[-1] and time.monotonic() < deadline:
         lines.append(reader.stdout.readline())
     stop.touch()
-    rest, err = reader.communicate(timeout=60)
+    # Read on through the same buffered pipe (communicate() would read the raw pipe and skip what
+    # readline() has buffered, cutting a line in two).
+    rest = reader.stdout.read()
+    err = reader.stderr.read()
+    reader.wait(timeout=60)
     lines = [json.loads(line) for line in [*lines, *rest.splitlines()]]
 
     assert not [line for line in lines if isinstance(line, dict)], err

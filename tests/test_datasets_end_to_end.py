@@ -34,28 +34,27 @@ def sample_home(tmp_path_factory):
 
 
 def test_the_sample_publishes_all_three_datasets(sample_home, capsys, monkeypatch):
-    facts = vlrb_sample.facts()
-    assert q(sample_home, "select count(*) from vlrb_pairs") == [(len(facts.published),)]
-    assert q(sample_home, "select chosen, count(*) from vlrb_pairs group by 1 order by 1") == \
-        [(c, list(facts.chosen.values()).count(c)) for c in ("A", "B")]
+    # The VL-RewardBench sample: 101 rows, 5 quarantined (4 break the record contract, 1 repeats an id).
+    assert q(sample_home, "select count(*) from vlrb_pairs") == [(96,)]
+    assert q(sample_home, "select chosen, count(*) from vlrb_pairs group by 1 order by 1") == [("A", 50), ("B", 46)]
     assert q(sample_home, "select count(*), count(*) filter (where status = 'corrupt') from vlrb_images") == [(98, 1)]
     assert q(sample_home, "select count(*) from image_hashes where dataset = 'vlrb'") == [(97,)]
     rows = q(sample_home, "select eval_dataset, train_image_key from contamination order by 1")
-    assert [r[0] for r in rows] == ["mmrb2", "vlrb"] and rows[1][1] == vlrb_sample.CONTAMINATED[0]
+    assert [r[0] for r in rows] == ["mmrb2", "vlrb"] and rows[1][1] == "ai2d/abc_images/2524.png"
     quarantined = {k for (k,) in q(sample_home, "select record_key from quarantine where dataset = 'vlrb' and stage = 'parse'")}
-    assert quarantined == set(facts.quarantined)
+    assert quarantined == {"VLRB_0003", "VLRB_0009", "VLRB_0014", "VLRB_0017", "VLRB_0024"}
     manifest = json.loads(next((sample_home / "releases").glob("*/manifest.json")).read_text())
     removed = manifest["summary"]["export"]["removed"]
     assert set(removed["contaminated_by"]) == {"mmrb2", "vlrb"} and removed["contaminated_by"]["vlrb"] >= 1
     assert set(manifest["sources"]) == {"mmrb2", "visualprm", "vlrb"}
     # The export leaves out the samples over the VL-RewardBench copy.
-    leaked = q(sample_home, f"""select count(*) from prm_samples where list_contains(image_refs, '{vlrb_sample.CONTAMINATED[0]}')
+    leaked = q(sample_home, """select count(*) from prm_samples where list_contains(image_refs, 'ai2d/abc_images/2524.png')
                                 and is_contaminated and not in_export""")
     assert leaked[0][0] == removed["contaminated_by"]["vlrb"]
     monkeypatch.setenv("REWARDHOUSE_HOME", str(sample_home))
     assert main(["releases"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.endswith(f"mmrb2: 29 pairs; visualprm: 236 samples; vlrb: {len(facts.published)} pairs")
+    assert first.endswith("mmrb2: 29 pairs; visualprm: 236 samples; vlrb: 96 pairs")
 
 
 def test_consumers_load_a_table_as_a_polars_lazyframe(sample_home):

@@ -8,11 +8,30 @@ import pytest
 
 from conftest import published_home
 from pipeline.cli import main
-from pipeline.mmrb2 import sample as mmrb2_sample
-from pipeline.visualprm import sample as visualprm_sample
-from pipeline.vlrb import sample as vlrb_sample
 
-ALL_PAIRS = [("mmrb2", p) for p in mmrb2_sample.PLANTED_NEAR_PAIRS] + [("visualprm", p) for p in visualprm_sample.PLANTED_NEAR_PAIRS]
+# What the sample generators plant, written out (pipeline/*/sample.py are the code under test too).
+MMRB2_EXACT = ("chameleon_ef9a2d51-9f2c-41b1-bff9-857c56cd516e_1861549491225900207_gpt-imagen-agent_2414_gpt-image-agent_414_0.jpg",
+               "chameleon_e5107129-7e4f-4a40-861b-4b6b11ab566b_-794683830333257013_gemini-2.0-flash_6552_gpt-gemini-agent_552_2.jpg")
+MMRB2_PAIRS = (
+    ("evalmuse_02718_-2890980219122741248_imagen4-ultra_4505_imagen4-ultra_505_0.jpg",
+     "evalmuse_02718_-2890980219122741248_imagen4-ultra_4505_imagen4-ultra_505_1.jpg"),
+    MMRB2_EXACT,
+    ("interleavedeval__2747862600049231019_gpt-imagen-agent_6797_gpt-gemini-agent_797_1.jpg",
+     "hq-edit_318_-2263586102388815385_gemini-2.5-flash_5508_flux-kontext_508_0.jpg"),
+    ("wise_412_3591808398015666109_imagen3_5161_gemini-2.0-flash_161_0.jpg",
+     "isgbench_0412_-8328960670581685083_gemini-2.0-flash_2757_gemini-2.0-flash_757_1.jpg"),
+)
+EXACT_DUPLICATE_PATHS = ("MathV360K/data_images/34384.jpg", "MathV360K/data_images/16422.jpg")
+NEAR_DUPLICATE_PATHS = ("geoqa+/images/5627.png", "geoqa+/images/1508.png")
+CROPPED_COPY = ("CLEVR_math/images/CLEVR_train_048334.png", "CLEVR_math/images/CLEVR_train_020057.png")
+BRIGHTENED_COPY = ("CLEVR_math/images/CLEVR_train_042207.png", "CLEVR_math/images/CLEVR_train_031570.png")
+LOOKALIKE_PAIRS = (("geoqa+/images/10579.png", "geoqa+/images/11111.png"),
+                   ("chartqa/train/png/two_col_38228.png", "chartqa/train/png/two_col_15672.png"))
+CONTAMINATED = ("MathV360K/data_images/34505.jpg", "muirbench_14_gpt-4.1_1662_GPT5_Gemini_SketchpadAgent_1660_0.jpg")
+VLRB_CONTAMINATED = "ai2d/abc_images/2524.png"
+DUPLICATE_SAMPLE_IDS = ("chartqa_00007_1", "chartqa_00007_3")
+ALL_PAIRS = [("mmrb2", p) for p in MMRB2_PAIRS] + [
+    ("visualprm", p) for p in (EXACT_DUPLICATE_PATHS, NEAR_DUPLICATE_PATHS, CROPPED_COPY, BRIGHTENED_COPY)]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +50,7 @@ def test_hashes_are_integer_columns_usable_in_sql(root):
     datasets = dict(q(root, "select dataset, count(*) from image_hashes group by 1"))
     assert datasets["mmrb2"] == 79 and datasets["visualprm"] > 0  # every decodable MMRB2 image
     # The SQL distance of a planted pair is the one computed in Python from the same two hashes.
-    original, copy = visualprm_sample.CROPPED_COPY
+    original, copy = CROPPED_COPY
     (sql_distance, a, b), = q(root, """select bit_count(xor(x.phash, y.phash)), x.phash, y.phash from image_hashes x, image_hashes y
                                      where x.image_key = ? and y.image_key = ?""", [original, copy])
     assert a != b and sql_distance == bin((a ^ b) & (2**64 - 1)).count("1") > 0
@@ -45,8 +64,8 @@ def test_every_planted_copy_lands_in_the_cluster_of_its_original(root, dataset, 
     assert set(rows) == {original, copy} and rows[original] == rows[copy]
 
 
-PLANTED_KINDS = {visualprm_sample.EXACT_DUPLICATE_PATHS: "exact", visualprm_sample.NEAR_DUPLICATE_PATHS: "near",
-                 visualprm_sample.CROPPED_COPY: "crop", visualprm_sample.BRIGHTENED_COPY: "near"}
+PLANTED_KINDS = {EXACT_DUPLICATE_PATHS: "exact", NEAR_DUPLICATE_PATHS: "near",
+                 CROPPED_COPY: "crop", BRIGHTENED_COPY: "near"}
 
 
 @pytest.mark.parametrize("pair, kind", PLANTED_KINDS.items(), ids=list(PLANTED_KINDS.values()))
@@ -57,7 +76,7 @@ def test_planted_copies_name_the_rule_that_accepted_them(root, pair, kind):
     assert member[2] == kind and (member[3] == 1.0 if kind == "exact" else 0.965 <= member[3] <= 1.0)
 
 
-@pytest.mark.parametrize("pair", visualprm_sample.LOOKALIKE_PAIRS, ids=["geometry", "chart"])
+@pytest.mark.parametrize("pair", LOOKALIKE_PAIRS, ids=["geometry", "chart"])
 def test_unrelated_look_alikes_stay_apart(root, pair):
     """Candidates of the search (test_source_visualprm_sample shows it) that verification refuses."""
     assert q(root, "select count(*) from image_hashes where image_key in (?, ?)", list(pair)) == [(2,)]
@@ -68,25 +87,25 @@ def test_unrelated_look_alikes_stay_apart(root, pair):
 
 def test_each_cluster_has_one_canonical_and_kinds_follow_bytes(root):
     assert q(root, "select count(*) from (select cluster_id from duplicate_clusters group by 1 having count(*) filter (where is_canonical) <> 1)") == [(0,)]
-    exact = mmrb2_sample.EXACT_DUPLICATE_IMAGES
+    exact = MMRB2_EXACT
     kinds = dict(q(root, "select image_key, coalesce(kind, 'canonical') from duplicate_clusters where image_key in (?, ?)", list(exact)))
     assert sorted(kinds.values()) == ["canonical", "exact"]
 
 
 def test_the_planted_train_eval_near_copy_is_contamination(root):
-    train, eval_ = visualprm_sample.CONTAMINATED
+    train, eval_ = CONTAMINATED
     rows = q(root, "select eval_dataset, distance, kind, score from contamination where train_image_key = ? and eval_image_key = ?",
              [train, eval_])
     assert len(rows) == 1 and rows[0][0] == "mmrb2" and rows[0][1] <= 8 and rows[0][2] == "near" and 0.965 <= rows[0][3] <= 1.0
     flagged = q(root, "select count(*) from prm_samples where is_contaminated")[0][0]
     users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [train])[0][0]
     # the VL-RewardBench sample copies another training image (pipeline/vlrb/sample.py)
-    vlrb_users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [vlrb_sample.CONTAMINATED[0]])[0][0]
+    vlrb_users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [VLRB_CONTAMINATED])[0][0]
     assert flagged == users + vlrb_users and users > 0 and vlrb_users > 0
 
 
 def test_duplicate_rollout_is_marked_and_left_out_of_the_export(root):
-    kept, dup = visualprm_sample.DUPLICATE_SAMPLE_IDS
+    kept, dup = DUPLICATE_SAMPLE_IDS
     rows = dict((r[0], r[1:]) for r in q(root, "select sample_id, is_duplicate, duplicate_of, in_export from prm_samples where sample_id in (?, ?)", [kept, dup]))
     assert rows[dup][:2] == (True, kept) and rows[kept][:2] == (False, None)
     assert rows[dup][2] is False
@@ -105,6 +124,6 @@ def test_keep_settings_put_them_back(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     assert main(["run", "--keep-duplicates", "--keep-contaminated"]) == 0
     capsys.readouterr()
-    kept, dup = visualprm_sample.DUPLICATE_SAMPLE_IDS
+    kept, dup = DUPLICATE_SAMPLE_IDS
     assert q(tmp_path, "select in_export from prm_samples where sample_id = ?", [dup]) == [(True,)]
     assert q(tmp_path, "select count(*) from prm_samples where is_contaminated and not in_export") == [(0,)]
