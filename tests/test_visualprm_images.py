@@ -73,3 +73,17 @@ def test_embedded_folder_zip_unresolved_and_corrupt(tmp_path):
         with Image.open(io.BytesIO(data)) as im:
             expected = (hashlib.sha256(data).hexdigest(), signed(imagehash.phash(im)), signed(imagehash.dhash(im)), *im.size)
         assert (h.sha256, h.phash, h.dhash, h.width, h.height) == expected, h.key
+
+
+def test_embedded_keys_name_paths_and_hash_only_unnamed_bytes(tmp_path):
+    from pipeline.visualprm.images import embedded_keys
+
+    s = shard(tmp_path / "train-0.parquet", [
+        [{"bytes": b"a", "path": "x/a.jpg"}, {"bytes": None, "path": "x/b.jpg"}],  # b is a path reference only
+        [{"bytes": b"c", "path": None}], [{"bytes": b"d", "path": ""}], [],
+    ])
+    assert embedded_keys([s]) == {
+        "x/a.jpg",
+        "sha256:2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6",  # sha256(b"c")
+        "sha256:18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4",  # sha256(b"d")
+    }

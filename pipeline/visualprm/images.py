@@ -209,8 +209,23 @@ def suffix_matches(by_name: dict[str, list[tuple[tuple[str, ...], object]]], ref
 
 
 def embedded_keys(parquet_files: list[Path]) -> set[str]:
-    """The keys of the images the shards carry themselves (what needs no image root)."""
-    return {key for key, _ in _embedded(parquet_files)}
+    """The keys of the images the shards carry themselves (what needs no image root), as
+    `_media_items` names them: the path, read straight from Arrow, and only for an embedded image
+    without a path the sha256 of its bytes (no other image is turned into a Python object)."""
+    keys: set[str] = set()
+    for f in parquet_files:
+        pf = _media_file(f)
+        for batch in pf.iter_batches(batch_size=256, columns=["media"]) if pf else ():
+            items = pc.list_flatten(batch.column(0))
+            if len(items) == 0:
+                continue
+            data, paths = pc.struct_field(items, "bytes"), pc.struct_field(items, "path")
+            embedded = pc.is_valid(data)
+            named = pc.fill_null(pc.and_(pc.is_valid(paths), pc.not_equal(paths, "")), False)
+            keys.update(pc.filter(paths, pc.and_(embedded, named)).to_pylist())
+            for blob in pc.filter(data, pc.and_(embedded, pc.invert(named))).to_pylist():
+                keys.add(f"sha256:{hashlib.sha256(blob).hexdigest()}")
+    return keys
 
 
 class SuffixIndex:
