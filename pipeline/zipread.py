@@ -6,6 +6,7 @@ with a hard cap on the bytes it may inflate to, so memory stays bounded by one i
 
 from __future__ import annotations
 
+import io
 import lzma
 import stat
 import struct
@@ -78,10 +79,10 @@ def scan_zip(path: Path, limits: ZipLimits) -> ZipScan:
             from pipeline.sources.objects import open_object_archive
 
             try:
-                fh = open_object_archive(str(path))
-                size = fh.raw.size if hasattr(fh, "raw") else fh.size
-                with fh, zipfile.ZipFile(fh) as zf:
-                    infos = zf.infolist()
+                with open_object_archive(str(path)) as fh:
+                    size = fh.seek(0, io.SEEK_END)  # the archive's bytes, however many parts
+                    with zipfile.ZipFile(fh) as zf:
+                        infos = zf.infolist()
             except (ArchiveError, *READ_ERRORS):
                 raise
             except Exception as exc:  # the object store's own errors (not found, denied, ...)
