@@ -127,15 +127,11 @@ def _folder(entry: dict) -> Path:
     return cache_dir() / _key(entry["package"], entry["version"])
 
 
-def fetched() -> bool:
-    return all((_folder(e) / DONE).is_file() for e in _locked().values())
-
-
 def fetch(quiet: bool = False) -> list[str]:
     """Download what is missing from the cache; returns the packages fetched."""
-    got = []
+    got, locked = [], _locked()
     for (pkg, ver), keep in sorted(_wanted().items()):
-        entry = _locked()[_key(pkg, ver)]
+        entry = locked[_key(pkg, ver)]
         folder = _folder(entry)
         if (folder / DONE).is_file():
             continue
@@ -187,13 +183,13 @@ def vendor_site(site: Path, since: float | None = None) -> int | None:
     """Serve a Data Docs site's CDN assets from the site (module docstring). Pages changed at or
     after `since` are rewritten (every page the first time). Returns the pages rewritten, or None
     (with a warning) when the assets were never fetched."""
-    if not fetched():
+    locked = _locked()
+    if not all((_folder(e) / DONE).is_file() for e in locked.values()):
         log.warning("GX Data Docs keep their CDN links: the web assets are not in %s (run `make bootstrap`, "
                     "which fetches them from the npm registry)", cache_dir())
         return None
     vendor = site / VENDOR
     targets = {}
-    locked = _locked()
     for url, (pkg, ver, path) in ASSETS.items():
         entry = locked[_key(pkg, ver)]
         rel = f"{VENDOR}/{_key(entry['package'], entry['version'])}"

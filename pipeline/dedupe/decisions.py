@@ -202,22 +202,20 @@ class _Names:
         return {(head, rest)} if (head, rest) in self.by_name else set()
 
 
-def forced_pairs(overrides, rows: pa.Table) -> tuple[Forced, list]:
-    """The engine's Forced pairs for the pair decisions, and for each decision of the file either
-    None (handed to the engine) or the reason it cannot apply."""
+def forced_pairs(overrides, rows: pa.Table) -> tuple[Forced, dict[int, str]]:
+    """The engine's Forced pairs for the pair decisions (tagged with the decision's index), and
+    for a decision that cannot be handed over, why."""
     names = _Names(rows)
-    separate, join, notes = [], [], []
-    for d in overrides.decisions:
+    separate, join, notes = [], [], {}
+    for i, d in enumerate(overrides.decisions):
         if d.decision == "not_leak":
-            notes.append(None)
             continue
         shas = [names.sha_of(r) for r in d.images]
         if None in shas:
             missing = [r for r, s in zip(d.images, shas) if s is None]
-            notes.append(f"not applied: no hashed image named {missing[0]} in this release")
+            notes[i] = f"not applied: no hashed image named {missing[0]} in this release"
             continue
-        (separate if d.decision == "not_duplicates" else join).append(tuple(shas))
-        notes.append(None)
+        (separate if d.decision == "not_duplicates" else join).append((*shas, i))
     return Forced(tuple(separate), tuple(join)), notes
 
 
@@ -244,19 +242,12 @@ def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[
     return contamination.filter(pa.array(keep)), effects
 
 
-def overrides_table(overrides, notes: list, engine_effects: list, leak_effects: dict) -> pa.Table:
-    """One row per decision of the file: what it did to this release."""
-    engine_iter = iter(engine_effects or [])
-    # The engine reports separate decisions, then join decisions, in file order.
-    by_index: dict[int, str] = {}
-    handed = [i for i, (d, n) in enumerate(zip(overrides.decisions, notes)) if n is None and d.decision != "not_leak"]
-    order = ([i for i in handed if overrides.decisions[i].decision == "not_duplicates"]
-             + [i for i in handed if overrides.decisions[i].decision == "duplicates"])
-    for i in order:
-        by_index[i] = next(engine_iter, "applied")
+def overrides_table(overrides, *effects: dict) -> pa.Table:
+    """One row per decision of the file: what it did to this release (`effects`: by decision
+    index, from each place a decision is applied)."""
     rows = []
     for i, d in enumerate(overrides.decisions):
-        effect = notes[i] or leak_effects.get(i) or by_index.get(i) or "applied"
+        effect = next((e[i] for e in effects if e and i in e), "applied")
         rows.append({"number": i + 1, "decision": d.decision, "images": " | ".join(d.images), "reason": d.reason,
                      "by": d.by, "at": d.at, "applied": effect.startswith("applied"), "effect": effect})
     return pa.Table.from_pylist(rows, schema=OVERRIDES_APPLIED_SCHEMA)
@@ -279,13 +270,13 @@ def find_duplicates(signatures: pa.Table, max_distance: int, thumbs=None, stop=N
     with `overrides` (review/overrides.py) the result's `applied` is their effect table."""
     if signatures.num_rows == 0:
         return CLUSTERS_SCHEMA.empty_table(), CONTAMINATION_SCHEMA.empty_table(), None
-    forced, notes = forced_pairs(overrides, signatures) if overrides else (None, [])
+    forced, notes = forced_pairs(overrides, signatures) if overrides else (None, {})
     result = run_engine(signatures, max_distance, thumbs, stop, forced)
     contamination = contamination_table(signatures, result)
     result.applied = OVERRIDES_APPLIED_SCHEMA.empty_table()
     if overrides:
         contamination, leak_effects = apply_not_leak(contamination, overrides, signatures)
-        result.applied = overrides_table(overrides, notes, result.forced, leak_effects)
+        result.applied = overrides_table(overrides, notes, leak_effects, result.forced)
     return clusters_table(signatures, result), contamination, result
 
 

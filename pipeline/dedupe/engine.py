@@ -270,7 +270,7 @@ class Dedupe:
     clustering: Clustering
     flat_nodes: int
     nodes: int
-    forced: list = None  # one effect line per forced decision (separate, then join), when any
+    forced: dict | None = None  # the effect of each forced decision, by its tag
     applied: pa.Table | None = None  # decisions.find_duplicates: the overrides' effect table
 
 
@@ -297,20 +297,21 @@ class _NodeThumbs:
 
 @dataclass(frozen=True)
 class Forced:
-    """A reviewer's decisions as sha256 pairs: `separate` are never a pair, `join` always are
-    (accepted with kind OVERRIDE_KIND and the score verification gives them)."""
+    """A reviewer's decisions as (sha256, sha256, tag): `separate` are never a pair, `join` always
+    are (accepted with kind OVERRIDE_KIND and the score verification gives them). `Dedupe.forced`
+    says what each did, by its tag."""
 
-    separate: tuple[tuple[str, str], ...] = ()
-    join: tuple[tuple[str, str], ...] = ()
+    separate: tuple[tuple[str, str, object], ...] = ()
+    join: tuple[tuple[str, str, object], ...] = ()
 
 
 OVERRIDE_KIND = "override"
 
 
 def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, aspect, chroma,
-           phash: np.ndarray) -> tuple[Pairs, frozenset, list[str]]:
-    """Apply `forced` to verified candidate pairs: (pairs, separate node pairs, one effect line per
-    decision, in the order separate then join)."""
+           phash: np.ndarray) -> tuple[Pairs, frozenset, dict]:
+    """Apply `forced` to verified candidate pairs: (pairs, separate node pairs, the effect of each
+    decision by its tag)."""
     def node_pair(x: str, y: str) -> tuple[int, int] | None:
         i, j = (int(np.searchsorted(nodes, v)) for v in (x, y))
         if i >= len(nodes) or j >= len(nodes) or nodes[i] != x or nodes[j] != y:
@@ -323,39 +324,38 @@ def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, a
         return same if p[0] == p[1] else None
 
     index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(pairs.a, pairs.b))}
-    effects, separate = [], set()
-    for x, y in forced.separate:
+    effects, separate = {}, set()
+    for x, y, tag in forced.separate:
         p = node_pair(x, y)
         if (done := settled(p, "not applicable: identical bytes are always duplicates")) is not None:
-            effects.append(done)
+            effects[tag] = done
         else:
             separate.add(p)
             i = index.get(p)
             if i is not None and pairs.accepted[i]:
-                effects.append(f"applied: verification had accepted the pair ({pairs.kind[i]}, score {pairs.score[i]:.3f}); now refused")
+                effects[tag] = f"applied: verification had accepted the pair ({pairs.kind[i]}, score {pairs.score[i]:.3f}); now refused"
                 pairs.accepted[i], pairs.kind[i] = False, None
             else:
-                effects.append("applied: the engine had not paired them (kept apart also when clustering)")
+                effects[tag] = "applied: the engine had not paired them (kept apart also when clustering)"
     extra = []
-    for x, y in forced.join:
+    for x, y, tag in forced.join:
         p = node_pair(x, y)
         if (done := settled(p, "applied: identical bytes, already exact duplicates")) is not None:
-            effects.append(done)
+            effects[tag] = done
         elif p in separate:
-            effects.append("not applied: also marked not duplicates")
+            effects[tag] = "not applied: also marked not duplicates"
         elif (i := index.get(p)) is not None:
-            effects.append(f"applied: was {'accepted as ' + str(pairs.kind[i]) if pairs.accepted[i] else 'refused'} "
-                           f"(score {pairs.score[i]:.3f}); now kind {OVERRIDE_KIND}")
+            effects[tag] = (f"applied: was {'accepted as ' + str(pairs.kind[i]) if pairs.accepted[i] else 'refused'} "
+                            f"(score {pairs.score[i]:.3f}); now kind {OVERRIDE_KIND}")
             pairs.accepted[i], pairs.kind[i] = True, OVERRIDE_KIND
         else:
-            extra.append((len(effects), p))
-            effects.append("")
+            extra.append((tag, p))
     if extra:
         a = np.array([p[0] for _, p in extra], np.int64)
         b = np.array([p[1] for _, p in extra], np.int64)
         _, _, score = verify(a, b, node_thumbs, stop, aspect, chroma)
-        for (at, _), sc in zip(extra, score):
-            effects[at] = f"applied: not a candidate of the search (score {sc:.3f}); now kind {OVERRIDE_KIND}"
+        for (tag, _), sc in zip(extra, score):
+            effects[tag] = f"applied: not a candidate of the search (score {sc:.3f}); now kind {OVERRIDE_KIND}"
         n = len(a)
         pairs = Pairs(np.concatenate([pairs.a, a]), np.concatenate([pairs.b, b]),
                       np.concatenate([pairs.route, np.zeros(n, np.int8)]),
@@ -393,7 +393,7 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
     aspect = np.where((width > 0) & (height > 0), width / np.maximum(height, 1), 1.0)
     chroma = np.stack([col("chroma_cb"), col("chroma_cr")], axis=1).astype(np.float64)
     pairs.accepted, pairs.kind, pairs.score = verify(pairs.a, pairs.b, node_thumbs, stop, aspect, chroma)
-    separate, effects = frozenset(), []
+    separate, effects = frozenset(), {}
     if forced is not None and (forced.separate or forced.join):
         pairs, separate, effects = _force(pairs, nodes, forced, node_thumbs, stop, aspect, chroma, phash)
     clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma, separate)

@@ -192,14 +192,3 @@ def remove(path: str, index: int) -> Overrides:
     out = Overrides(current.decisions[:index - 1] + current.decisions[index:], current.revision + 1, path)
     save(path, out)
     return out
-
-
-# ---- resolving names to images -----------------------------------------------------------------
-
-
-def resolve(ref: str, dataset: list, image_key: list, sha256: list) -> set[str]:
-    """The sha256s of the images `ref` names among rows (dataset, image_key, sha256)."""
-    head, _, rest = ref.partition(":")
-    if head == "sha256":
-        return {rest.lower()} & set(sha256)
-    return {s for d, k, s in zip(dataset, image_key, sha256) if d == head and k == rest}

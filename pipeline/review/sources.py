@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import duckdb
+import pyarrow as pa
 
 
 def _lookup(parquet: Path, key_column: str, keys: Iterable[str], columns: str) -> list[tuple]:
     con = duckdb.connect()
     try:
-        con.execute("create temp table wanted(k varchar)")
-        con.executemany("insert into wanted values (?)", [[k] for k in keys])
+        con.register("wanted", pa.table({"k": pa.array(list(keys), pa.string())}))
         return con.execute(f"select {key_column}, {columns} from read_parquet(?) t "
                            f"where {key_column} in (select k from wanted)", [str(parquet)]).fetchall()
     finally:
