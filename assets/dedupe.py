@@ -11,7 +11,7 @@ from pipeline import datasets
 from pipeline.dedupe.decisions import (
     HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, near_misses, thumb_file,
 )
-from pipeline.review.overrides import OverridesError
+from pipeline.review.overrides import OverridesError, unusable_overrides
 from pipeline.dedupe.engine import ENGINE_VERSION
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import Staged, write_staged, write_staged_stream
@@ -49,7 +49,8 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     return reuse_or_run(context, out, compute)
 
 
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="4")
+# 5: the output carries the digest of the decisions it applied (Staged.fingerprint).
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="5")
 def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: Staged) -> dg.Output[Staged]:
     """Candidate pairs from the exact multi-index search (pHash, crop and top/bottom region hashes
     within the radius), each verified on the thumbnails (near | crop | overlay, with a score);
@@ -57,13 +58,17 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     train images that are the same as, or a verified near-copy of, an image of an eval set
     (every eval set against every train set of the registry)."""
     settings = rewardhouse.settings()
+    # The reviewers' decisions are read here, once per run; the digest of what was applied goes
+    # with the output to the release id, so a file changed later in the run waits for the next.
     try:
         overrides = settings.load_overrides()
     except OverridesError as exc:
-        raise dg.Failure(description=f"reviewers' overrides cannot be used: {exc}") from None
+        raise dg.Failure(description=unusable_overrides(exc)) from None
+    digest = overrides.digest()
+    fingerprint = {"overrides": digest} if digest else {}  # none: release ids as before overrides existed
     signatures = image_hashes.internal["image_signatures"]
     key = staging_key(None, {"h": image_hashes.tables, "s": signatures, "r": settings.dedupe_max_distance,
-                             "engine": ENGINE_VERSION, "overrides": overrides.digest()}, context)
+                             "engine": ENGINE_VERSION, "overrides": digest}, context)
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
     def compute():
@@ -104,9 +109,12 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
             "contamination_preview": preview(contamination),
             "overrides": md(_overrides_md(overrides, applied)),
         }
-        return Staged(tables=write_staged(out, tables)), metadata
+        return Staged(tables=write_staged(out, tables), fingerprint=fingerprint), metadata
 
     return reuse_or_run(context, out, compute)
+
+
+OVERRIDES_SHOWN = 50  # rows of the metadata table; `dedupe_overrides` and the review page hold them all
 
 
 def _overrides_md(overrides, applied: pa.Table) -> str:
@@ -114,6 +122,8 @@ def _overrides_md(overrides, applied: pa.Table) -> str:
         return f"No reviewer overrides (none in `{overrides.path}`)."
     lines = [f"{len(overrides.decisions)} decisions from `{overrides.path}` (revision {overrides.revision}):", "",
              "| # | decision | images | effect |", "|---|---|---|---|"]
-    for r in applied.to_pylist():
+    for r in applied.slice(0, OVERRIDES_SHOWN).to_pylist():
         lines.append(f"| {r['number']} | {r['decision']} | {r['images']} | {r['effect']} |")
+    if applied.num_rows > OVERRIDES_SHOWN:
+        lines += ["", f"… and {applied.num_rows - OVERRIDES_SHOWN} more in `dedupe_overrides`."]
     return "\n".join(lines)

@@ -38,13 +38,14 @@ def mmrb2_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResourc
     return fetch_output(context, fetch_mmrb2, rewardhouse, "MMRB2")
 
 
-@dg.asset(group_name=STAGED, kinds={"python", "parquet"}, code_version="2")
+@dg.asset(group_name=STAGED, kinds={"python", "parquet"}, code_version="3")
 def mmrb2_annotations(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, mmrb2_raw: Optional[RawSnapshot]
 ) -> dg.Output[Staged]:
     """Pairs, response items and prompt items parsed from the annotation files; a record that
     cannot be parsed, or breaks its record contract (pipeline/mmrb2/contract.py: value sets, per
-    task human_annotations shapes, ...), is quarantined with its items, and the rest goes on."""
+    task human_annotations shapes, ...), is quarantined with its items, and the rest goes on; a
+    file that held no pairs or gave none is refused whole (stage `file`)."""
     snapshot = snapshot_of(mmrb2_raw)
     out = rewardhouse.layout().staging / "mmrb2_annotations" / staging_key(snapshot, None, context)
 
@@ -52,7 +53,7 @@ def mmrb2_annotations(
         parsed = parse_mmrb2(snapshot.annotations(), snapshot.path("new_task_release")) if snapshot else parse_mmrb2({})
         checked = enforce(DATASET, parsed.tables(), contracts(rewardhouse.settings().quality))
         tables = checked.tables
-        tables["quarantine"] = quarantine_table(parsed.rejected + checked.rejected)
+        tables["quarantine"] = quarantine_table(parsed.rejected + checked.rejected + parsed.refused_files(tables["mmrb2_pairs"]))
         pairs = tables["mmrb2_pairs"]
         tasks = pairs.group_by("task").aggregate([("pair_id", "count")]).to_pylist() if pairs.num_rows else []
         value = Staged(tables=write_staged(out, tables), present=snapshot is not None)

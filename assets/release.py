@@ -61,8 +61,14 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
         name: {"source": s.source, "revisions": s.revisions, "files": s.checksums()} if s else {"absent": True}
         for name, s in raws.items()
     }
+    # The settings, and what steps read from files for the release id, as each step read it once
+    # (the digest of the reviewers' decisions image_dedupe applied): never read again here.
+    fingerprint = settings.fingerprint()
+    for name in STAGED_INPUTS:
+        fingerprint.update(inputs[name].fingerprint)
     release_id = release_id_for({name: s.checksums() if s else None for name, s in raws.items()},
-                                TRANSFORM_VERSION, settings.fingerprint())
+                                TRANSFORM_VERSION, fingerprint)
+    built_on = _read_bucket_current(layout) if layout.remote else None
     folder = layout.staging / "candidates" / release_id
     # A candidate is judged afresh on every run: stale outcomes must not vouch for it.
     for old in (folder / CHECKS_DIR).glob("*.json") if (folder / CHECKS_DIR).is_dir() else []:
@@ -73,14 +79,28 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
         dir=str(folder),
         tables=write_staged(folder / "tables", tables),
         sources=sources,
-        settings=settings.fingerprint(),
+        settings=fingerprint,
         export=inputs[export_asset].to_record(),
+        built_on=built_on,
     )
     write_text_atomic(folder / CANDIDATE_FILE, candidate.to_json())
     return dg.Output(
         candidate,
         metadata={"release_id": release_id, **{f"rows_{t}": dg.MetadataValue.int(v.num_rows) for t, v in tables.items()}},
     )
+
+
+def _read_bucket_current(layout) -> str | None:
+    """The bucket's current release, read once per run (and brought into the scratch store for the
+    drift check): the candidate carries it to the publish, which refuses to move CURRENT from
+    anything else."""
+    from warehouse.objectstore import ObjectStoreError
+    from warehouse.remote import hydrate
+
+    try:
+        return hydrate(layout)
+    except ObjectStoreError as exc:
+        raise dg.Failure(description=str(exc)) from None
 
 
 REVIEW_DIR = "review"
@@ -191,14 +211,20 @@ def warehouse_release(
     )
     remote = {}
     if layout.remote:  # the bucket is the data root: the release goes there, atomically
-        from warehouse.objectstore import ObjectStoreError
+        from warehouse.objectstore import ObjectStoreError, PublishOutcomeUnknown
         from warehouse.remote import publish_remote
 
         try:
-            published = publish_remote(layout, release_id, context.log.info)
+            outcome = publish_remote(layout, release_id, candidate.built_on, context.log.info)
+        except PublishOutcomeUnknown as exc:
+            raise dg.Failure(description=str(exc), metadata={"publish_outcome": "unknown"}) from None
         except ObjectStoreError as exc:
             raise dg.Failure(description=str(exc)) from None
+        published = outcome.published
         remote = {"remote": dg.MetadataValue.url(f"{layout.remote}/releases/{release_id}")}
+        if outcome.warning:
+            context.log.warning(outcome.warning)
+            remote["warning"] = outcome.warning
     return dg.MaterializeResult(
         metadata={
             "release_id": release_id,

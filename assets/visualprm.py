@@ -19,7 +19,7 @@ from pipeline.visualprm.export import build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
 from pipeline.dedupe.ray_executor import RayUnavailable
 from pipeline.visualprm.parse import parse_prm
-from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
+from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input, refused_files
 from pipeline.visualprm.stats import label_stats
 
 from assets.common import bars, fetch_output, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
@@ -34,12 +34,13 @@ def visualprm_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseRes
     return fetch_output(context, fetch_visualprm, rewardhouse, "VisualPRM400K")
 
 
-@dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="2", tags={"dataset": "visualprm"})
+@dg.asset(group_name=STAGED, kinds={"duckdb", "parquet"}, code_version="3", tags={"dataset": "visualprm"})
 def visualprm_samples(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[RawSnapshot]
 ) -> dg.Output[Staged]:
     """`messages` parsed into prm_samples and prm_steps (vectorised, in DuckDB), plus
-    prm_label_stats; rows of unknown shape are quarantined with a reason."""
+    prm_label_stats; rows of unknown shape are quarantined with a reason, and a file that drifted,
+    held nothing or gave no sample is refused whole (stage `file`)."""
     snapshot = snapshot_of(visualprm_raw)
     settings = rewardhouse.settings()
     out = rewardhouse.layout().staging / "visualprm_samples" / staging_key(snapshot, {"threshold": settings.prm_label_threshold}, context)
@@ -56,7 +57,9 @@ def visualprm_samples(
         parsed_out = tables.pop("quarantine").cast(QUARANTINE_SCHEMA)
         checked = enforce(DATASET, tables, contracts(settings.quality))  # the record contract, per sample
         tables = checked.tables
-        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), parsed_out, quarantine_table(checked.rejected)])
+        whole = refused_files(con, tables["prm_samples"])  # a file that held nothing or gave no sample
+        tables["quarantine"] = pa.concat_tables([quarantine_table(rejected), parsed_out,
+                                                 quarantine_table(checked.rejected + whole)])
         stats = tables["prm_label_stats"] = label_stats(tables["prm_samples"])
         paths = write_staged(out, tables)
         # prm_samples is published by visualprm_export, once dedupe has marked duplicates.
@@ -81,7 +84,8 @@ def steps_histogram(samples: pa.Table) -> dict:
     return bars([(f"{c['n_steps']} steps", c["sample_id_count"] / top, str(c["sample_id_count"])) for c in counts])
 
 
-@dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="1", tags={"dataset": "visualprm"})
+# 2: the output carries the image roots' signature it was built with (Staged.fingerprint).
+@dg.asset(group_name=IMAGES, kinds={"python", "parquet"}, code_version="2", tags={"dataset": "visualprm"})
 def visualprm_images(
     context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, visualprm_raw: Optional[RawSnapshot],
     visualprm_samples: Staged,
@@ -91,7 +95,9 @@ def visualprm_images(
     one decode that checks an image also hashes it, for the dedupe step."""
     snapshot = snapshot_of(visualprm_raw)
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
-    out = layout.staging / "visualprm_images" / staging_key(snapshot, settings.fingerprint(), context)
+    # The roots' archives as this step sees them, once: its key and the release id both take this.
+    roots_read = {"image_roots": settings.image_roots_signature()}
+    out = layout.staging / "visualprm_images" / staging_key(snapshot, {**settings.fingerprint(), **roots_read}, context)
 
     def compute():
         samples = read_staged(visualprm_samples.internal)["prm_samples"]
@@ -133,7 +139,8 @@ def visualprm_images(
             **hub,
             "preview": preview(table, columns=["image_key", "origin", "width", "height", "status"]),
         }
-        return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal)), metadata
+        return Staged(tables=write_staged(out, tables), internal=write_staged(out / "internal", internal),
+                      fingerprint=roots_read if settings.image_roots else {}), metadata
 
     return reuse_or_run(context, out, compute)
 

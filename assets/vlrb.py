@@ -24,7 +24,7 @@ def vlrb_raw(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource
     return fetch_output(context, fetch_vlrb, rewardhouse, "VL-RewardBench")
 
 
-@dg.asset(group_name="staged", kinds={"python", "parquet"}, code_version="1", tags=TAGS)
+@dg.asset(group_name="staged", kinds={"python", "parquet"}, code_version="2", tags=TAGS)
 def vlrb_pairs(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource,
                vlrb_raw: Optional[RawSnapshot]) -> dg.Output[Staged]:
     """Preference pairs (`vlrb_pairs`) and their images (`vlrb_images`, decoded once, content

@@ -38,11 +38,16 @@ def _result(outcome: CheckOutcome, extra: dict | None = None) -> dg.AssetCheckRe
     )
 
 
-def _previous(store: ReleaseStore, warehouse, candidate_id: str):
-    """(connection with the previous release's schema as default, its id, its row counts) or Nones."""
-    manifests = [m for m in store.list() if m.release_id != candidate_id]
-    current = store.current()
-    prev = next((m for m in manifests if m.release_id == current), manifests[0] if manifests else None)
+def _previous(store: ReleaseStore, warehouse, candidate: Candidate, remote: bool):
+    """(connection with the previous release's schema as default, its id, its row counts) or Nones.
+    On a bucket root the previous release is the one the run read from the bucket (brought into
+    the scratch store then), not whatever else the scratch folder holds."""
+    manifests = [m for m in store.list() if m.release_id != candidate.release_id]
+    if remote:
+        prev = next((m for m in manifests if m.release_id == candidate.built_on), None)
+    else:
+        current = store.current()
+        prev = next((m for m in manifests if m.release_id == current), manifests[0] if manifests else None)
     if prev is None or not warehouse.is_file():
         return None, None, None
     try:
@@ -56,9 +61,13 @@ def _previous(store: ReleaseStore, warehouse, candidate_id: str):
 
 def _published_verdicts(layout, candidate: Candidate, names) -> list[CheckOutcome] | None:
     """A candidate whose release is already published is the same content, judged before: its
-    stored quality_results are its verdicts (an unchanged nightly run need not re-validate)."""
+    stored quality_results are its verdicts (an unchanged nightly run need not re-validate). On a
+    bucket root only when the bucket serves it: a release built in the scratch folder but beaten
+    to the bucket was judged against a previous release that is no longer the current one."""
     store = ReleaseStore(layout.releases)
     if not store.exists(candidate.release_id):
+        return None
+    if layout.remote and candidate.built_on != candidate.release_id:
         return None
     path = store.path(candidate.release_id) / "quality_results.parquet"
     if not path.is_file():
@@ -89,11 +98,9 @@ def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: Rewardhou
     q = settings.quality
     tables = release_candidate.read()
     con = rules.connect(tables)
-    if layout.remote:  # compare with what the bucket serves, whichever machine published it
-        from warehouse.remote import hydrate
-
-        hydrate(layout)
-    previous, previous_id, previous_counts = _previous(ReleaseStore(layout.releases), layout.warehouse, release_candidate.release_id)
+    # On a bucket root, release_candidate brought the bucket's current release into the scratch store.
+    previous, previous_id, previous_counts = _previous(ReleaseStore(layout.releases), layout.warehouse, release_candidate,
+                                                       bool(layout.remote))
     try:
         outcomes = [
             rules.referential_integrity(con),

@@ -28,8 +28,12 @@ def prepare_dagster_home(layout: Layout) -> Path:
     if src.is_file() and (not dst.is_file() or dst.read_bytes() != src.read_bytes()):
         # The repository's instance settings win over an older copy; tmp + rename, as two runs may start at once.
         tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except OSError:  # a full disk: leave no half-copied file behind
+            tmp.unlink(missing_ok=True)
+            raise
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
@@ -49,6 +53,13 @@ def _failure_messages(result) -> list[str]:
                 text = text.partition(": ")[2] or text
             messages.append(f"{event.step_key}: {text}")
     return messages
+
+
+def _publish_outcome_unknown(result) -> bool:
+    """Whether the publish to a bucket failed without knowing if CURRENT moved (see warehouse_release)."""
+    return any(e.is_step_failure and e.step_failure_data and e.step_failure_data.user_failure_data
+               and "publish_outcome" in (e.step_failure_data.user_failure_data.metadata or {})
+               for e in result.all_events)
 
 
 def _check_summary(evaluation) -> str:
@@ -97,6 +108,8 @@ def _parse_value(text: str):
 RUN_LOCK = ".run.lock"
 # Exit status of `rewardhouse run --no-wait` when another run holds the data root (EX_TEMPFAIL).
 EXIT_BUSY = 75
+# Exit status of `rewardhouse sql` when its query ran out of time (as timeout(1)).
+EXIT_TIMEOUT = 124
 
 
 def _say(message: str) -> None:
@@ -145,6 +158,120 @@ def cmd_run(args) -> int:
         except Stopped as exc:  # before the run was created
             _say(f"stopped by {signal.Signals(exc.signum).name} before the run started; nothing was changed")
             return 128 + exc.signum
+        except Exception as exc:  # a full disk in Dagster's own storage raises out of the run
+            from pipeline import unwritable
+
+            problem = unwritable.find(exc)
+            if problem is None:
+                raise
+            return _unwritable(problem, state)
+
+
+def _release_outcome(state: dict) -> str:
+    """What the run did to CURRENT, against the release that was current when it started."""
+    from warehouse.store import ReleaseStore
+
+    current = ReleaseStore(Layout().releases).current()
+    if current and current != state.get("before", current):
+        return f"release {current} was published and is current"
+    return f"nothing was published; release {current} stays current" if current else "nothing was published"
+
+
+def _unwritable(problem, state: dict, step: str | None = None) -> int:
+    """A run that could not write its data root or Dagster home (a full disk, a quota, a
+    read-only file system), wherever it happened: one line naming the path, the run
+    marked failed and its pool slots freed (its disk reserve is free by now, see runs.Lease), or
+    said to be left for the next run when even that cannot be written."""
+    from pipeline.runs import fail_run
+
+    noticed = state.get("problem")
+    if noticed is not None and (noticed.path or not problem.path):
+        problem = noticed
+    layout = Layout()
+    home = Path(env.dagster_home() or layout.dagster_home)  # as prepare_dagster_home chose it
+    where = problem.where(str(layout.root), str(home))
+    run_id = state.get("run_id")
+    fate = "no run was started"
+    if run_id:
+        try:
+            with _cli_instance(home) as instance:
+                created = fail_run(instance, run_id, f"{problem.reason}: {where}")
+            fate = f"run {run_id} is marked failed" if created else "no run was started"
+        except Exception:  # the storage is still full: the dead-run cleanup of the next run does it
+            fate = f"run {run_id} could not be marked failed in {home} (no room there either): the next `rewardhouse run` cleans it up"
+    in_step = f" (in {step})" if step else ""
+    _say(f"{problem.reason}: {where}{in_step}; {fate}; {_release_outcome(state)}. "
+         f"Free space there (or make it writable) and run again")
+    return 1
+
+
+class _WithoutStorageNoise:
+    """Stderr while a run executes, minus Dagster's report of each event it could not store (a
+    many-line SQL dump per event once the disk is full); the run's end says what happened, once."""
+
+    NOISE = "Exception while writing logger call to event log"
+
+    def __init__(self, target):
+        self._target = target
+
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith(self.NOISE) else self._target.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._target, name)
+
+    def __enter__(self) -> "_WithoutStorageNoise":
+        sys.stderr = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.stderr = self._target
+
+
+def _step_error_texts(result) -> list[tuple[str, str]]:
+    """(step, message) of every error in the chain of every failed step."""
+    out = []
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            stack = [event.step_failure_data.error]
+            while stack:
+                err = stack.pop()
+                out.append((event.step_key, err.message))
+                stack += [e for e in (err.cause, err.context) if e is not None]
+    return out
+
+
+def _settings_problem(args, config: dict) -> str | None:
+    """What is wrong with the run's settings, found before any run is created: a --path that is
+    not a folder, and the resource's own validation (field types, then the Settings it makes)."""
+    from pydantic import ValidationError
+
+    from pipeline.resources import RewardhouseResource
+
+    if config.get("local_path") and args.source == "local" and not Path(config["local_path"]).is_dir():
+        return f"--path {args.path}: no such folder ({config['local_path']}); --source local reads a folder mirroring the upstream layout"
+    try:
+        RewardhouseResource(**config).settings().image_executor()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(part) for part in err["loc"])
+        return f"invalid setting {field}={err.get('input')!r}: {err['msg']}"
+    except ValueError as exc:
+        return f"invalid setting: {exc}"
+    return None
+
+
+def _overrides_problem(config: dict) -> str | None:
+    """The reviewers' overrides file, if the run could not use it. The dedupe step reads it again
+    (that read is the one applied) and stops with the same line if it broke in between."""
+    from pipeline.resources import RewardhouseResource
+    from pipeline.review.overrides import OverridesError, unusable_overrides
+
+    try:
+        RewardhouseResource(**config).settings().load_overrides()
+    except OverridesError as exc:
+        return unusable_overrides(exc)
+    return None
 
 
 def _cli_instance(home: Path):
@@ -175,13 +302,14 @@ def _run(args, state: dict) -> int:
     from pipeline.liveness import Busy, set_process_label
     from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
+    from pipeline import unwritable
     from pipeline.runs import Lease, abandon, reap_dead_runs, wait_for_other_runs
     from pipeline.stopping import Stopped, stop_point
+    from warehouse.store import ReleaseStore
 
     layout = Layout()
+    state["before"] = ReleaseStore(layout.releases).current()  # to say what the run changed, however it ends
     home = prepare_dagster_home(layout)
-    from pipeline.definitions import defs
-
     stop_point()  # a stop that came during the imports
     if args.source == "local" and not args.path:
         return _fail("--source local needs --path DIR (a folder mirroring the upstream layout)", 2)
@@ -212,6 +340,11 @@ def _run(args, state: dict) -> int:
             known = ", ".join(sorted(RewardhouseResource.model_fields))
             return _fail(f"--set {item!r}: expected KEY=VALUE with KEY one of {known}", 2)
         config[key] = _parse_value(value)
+    problem = _settings_problem(args, config) or _overrides_problem(config)
+    if problem:  # at once, before the job is loaded or a run created
+        return _fail(problem, 2)
+    from pipeline.definitions import defs
+
     job = defs.resolve_job_def("refresh")
     run_id = make_new_run_id()
     me = f"rewardhouse run {run_id[:8]}"
@@ -225,20 +358,26 @@ def _run(args, state: dict) -> int:
                     _say(line)
                 # Runs launched from the UI do not take the lock: wait for them in the instance.
                 wait_for_other_runs(instance, run_id, _say, wait=not args.no_wait, by=me)
-                with Lease(instance, run_id, "rewardhouse run"):
+                with Lease(instance, run_id, "rewardhouse run") as lease:
                     stop_point()
                     state.update(instance=instance, run_id=run_id)
-                    result = job.execute_in_process(
-                        instance=instance,
-                        run_id=run_id,
-                        tags=ALL_PARTITIONS_TAGS,
-                        run_config={
-                            "resources": {"rewardhouse": {"config": config}},
-                            # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
-                            "loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}},
-                        },
-                        raise_on_error=False,
-                    )
+
+                    def out_of_room(problem) -> None:  # free the reserve now: Dagster can record the failure
+                        state.setdefault("problem", problem)
+                        lease.free_reserve()
+
+                    with _WithoutStorageNoise(sys.stderr), unwritable.watching(out_of_room):
+                        result = job.execute_in_process(
+                            instance=instance,
+                            run_id=run_id,
+                            tags=ALL_PARTITIONS_TAGS,
+                            run_config={
+                                "resources": {"rewardhouse": {"config": config}},
+                                # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
+                                "loggers": {"console": {"config": {"log_level": "INFO" if args.verbose else "CRITICAL"}}},
+                            },
+                            raise_on_error=False,
+                        )
                     run = instance.get_run_by_id(run_id)
             except Stopped as exc:  # at a stop point outside the run's steps
                 name = signal.Signals(exc.signum).name
@@ -254,8 +393,13 @@ def _run(args, state: dict) -> int:
     signum = state.get("stopped_by")
     if run is not None and run.status == dg.DagsterRunStatus.CANCELED:
         name = signal.Signals(signum).name if signum else "a cancel request"
-        _say(f"stopped by {name}: run {run_id} canceled at a safe point; {_current_release_line()}")
+        _say(f"stopped by {name}: run {run_id} canceled at a safe point; {_release_outcome(state)}")
         return 128 + signum if signum else 1
+    errors = _step_error_texts(result)
+    problem = unwritable.find_in_texts(text for _, text in errors)
+    if problem is not None:  # a step could not write: one line, whichever step it was
+        step = next(step for step, text in errors if unwritable.find_in_text(text) == problem)
+        return _unwritable(problem, state, step)
     failed_checks = [
         e for e in result.get_asset_check_evaluations() if not e.passed and e.severity == dg.AssetCheckSeverity.ERROR
     ]
@@ -271,8 +415,11 @@ def _run(args, state: dict) -> int:
         for line in _failure_messages(result):
             print(f"rewardhouse: {line}", file=sys.stderr)
         why = "blocking checks failed" if failed_checks else "the run failed"
-        print(f"no release published ({why}); the previous release stays current. "
-              f"Run {result.run_id} is in the Dagster UI (make dev; Dagster home {home})", file=sys.stderr)
+        if _publish_outcome_unknown(result):  # its line says how to find out; claim nothing about CURRENT
+            print(f"Run {result.run_id} is in the Dagster UI (make dev; Dagster home {home})", file=sys.stderr)
+        else:
+            print(f"no release published ({why}); the previous release stays current. "
+                  f"Run {result.run_id} is in the Dagster UI (make dev; Dagster home {home})", file=sys.stderr)
         if unusable:  # the last lines: each file that could not be used, and why
             if blocked_by_files:
                 print("rewardhouse: blocked by upstream files that could not be used (fix them, or publish "
@@ -285,6 +432,8 @@ def _run(args, state: dict) -> int:
 
     status = "published" if md.get("published") else "unchanged (no new release)"
     print(f"release {md.get('release_id')}: {status}")
+    if md.get("warning"):  # published, but something after the swap failed
+        print(f"rewardhouse: warning: {md['warning']}", file=sys.stderr)
     review = f"{layout.remote}/releases/{md.get('release_id')}/review/index.html" if layout.remote else md.get("review_page")
     if review:
         print(f"review the dedupe and contamination decisions: {review}  (rewardhouse review)")
@@ -301,23 +450,28 @@ def _run(args, state: dict) -> int:
         print("rewardhouse: published WITHOUT these upstream files (allow_unusable_files):", file=sys.stderr)
         for line in unusable:
             print(f"rewardhouse: {line}", file=sys.stderr)
+    if signum:  # the stop came after the run's last safe point: it finished, and says so
+        _say(f"stopped by {signal.Signals(signum).name}: run {run_id} had passed its last safe point and finished; "
+             f"{_release_outcome(state)}")
+        return 128 + signum
     return 0
 
 
-def _connect_readonly(layout: Layout):
+def _connect_readonly(layout: Layout, limits=None):
     from warehouse.duck import connect_readonly, lock_session
 
     if layout.remote:  # the bucket's current release, attached read-only
+        from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import connect_remote
 
         try:
             con, _ = connect_remote(layout.remote)
-        except LookupError as exc:
+        except (LookupError, ObjectStoreError) as exc:  # nothing to read there: one line, as for a missing file
             raise FileNotFoundError(str(exc)) from None
-        return lock_session(con)
+        return lock_session(con, limits)
     if not layout.warehouse.is_file():
         raise FileNotFoundError(f"no warehouse at {layout.warehouse}; run `rewardhouse run` first")
-    return connect_readonly(layout.warehouse)
+    return connect_readonly(layout.warehouse, limits)
 
 
 def _dataset_line(manifest, spec) -> str:
@@ -332,9 +486,13 @@ def cmd_releases(args) -> int:
 
     layout = Layout()
     if layout.remote:
+        from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import manifests as remote_manifests
 
-        manifests, current = remote_manifests(layout.remote)
+        try:
+            manifests, current = remote_manifests(layout.remote)
+        except ObjectStoreError as exc:
+            return _fail(str(exc))
     else:
         store = ReleaseStore(layout.releases)
         manifests, current = store.list(), store.current()
@@ -358,11 +516,53 @@ _SQL_QUERY_STATEMENTS = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL"})
 _SQL_QUERY_FORMS = "SELECT/WITH/FROM, SHOW, DESCRIBE, SUMMARIZE, EXPLAIN, PRAGMA, CALL"
 
 
+def _sql_limits(args):
+    """The reader's limits from its options, else the environment: (timeout, memory, spill base,
+    spill size); SettingError naming the option or variable."""
+    import tempfile
+
+    timeout = env.seconds_value("--timeout", args.timeout) if args.timeout is not None else env.sql_timeout()
+    memory = env.size_value("--memory-limit", args.memory_limit) if args.memory_limit else env.sql_memory_limit()
+    spill = Path(env.sql_temp_dir() or tempfile.gettempdir())
+    return timeout, memory, spill, env.sql_temp_limit()
+
+
 def cmd_sql(args) -> int:
     import duckdb
 
+    from warehouse.duck import QueryStopped, SessionLimits, spill_folder
+
+    layout = Layout()
     try:
-        con = _connect_readonly(Layout())  # read-only, no other file, configuration locked
+        timeout, memory, spill, spill_size = _sql_limits(args)
+    except env.SettingError as exc:
+        return _fail(str(exc), 2)
+    if layout.remote is None and spill.resolve().is_relative_to(layout.root.resolve()):
+        return _fail(f"REWARDHOUSE_SQL_TEMP={spill} is inside the data root {layout.root}: a reader's spill files "
+                     "must not fill the disk a publish needs; name a folder elsewhere", 2)
+    try:
+        with spill_folder(spill) as temp:
+            return _sql(args, layout, SessionLimits(memory, temp, spill_size), timeout)
+    except OSError as exc:
+        return _fail(f"cannot make a spill folder under {spill}: {exc.strerror or exc}; set REWARDHOUSE_SQL_TEMP "
+                     "to a writable folder", 1)
+    except QueryStopped as exc:
+        if exc.reason == "timeout":
+            return _fail(f"query stopped after {exc.seconds:.0f} s (timeout {timeout:g} s): narrow it, or allow "
+                         "longer with --timeout SECONDS or REWARDHOUSE_SQL_TIMEOUT (0: no limit)", EXIT_TIMEOUT)
+        return _fail(f"query interrupted after {exc.seconds:.1f} s", 130)
+    except duckdb.OutOfMemoryException as exc:
+        return _fail(f"query ran out of memory (limit {memory}; --memory-limit or REWARDHOUSE_SQL_MEMORY_LIMIT "
+                     f"raises it): {str(exc).splitlines()[0]}", 2)
+
+
+def _sql(args, layout: Layout, limits, timeout: float | None) -> int:
+    import duckdb
+
+    from warehouse.duck import run_query
+
+    try:
+        con = _connect_readonly(layout, limits)  # read-only, no other file, configuration locked
     except FileNotFoundError as exc:
         return _fail(str(exc))
     try:
@@ -375,12 +575,14 @@ def cmd_sql(args) -> int:
                     f"({_SQL_QUERY_FORMS}), not {' or '.join(refused)}; `rewardhouse run` writes it",
                     2,
                 )
-            rel = con.sql(args.query)
-            if rel is None:
+            result = run_query(con, args.query, timeout)
+            if result is None:
                 return 0
-            columns, rows = rel.columns, rel.fetchall()
+            columns, rows = result
     except duckdb.PermissionException as exc:
         return _fail(f"refused: the warehouse session reads the warehouse only ({str(exc).splitlines()[0]})", 2)
+    except duckdb.OutOfMemoryException:
+        raise
     except duckdb.Error as exc:
         return _fail(f"query failed: {str(exc).splitlines()[0]}", 2)
     print(format_rows(columns, rows, fmt=args.format))
@@ -519,9 +721,13 @@ def cmd_review(args) -> int:
 
     layout = Layout()
     if layout.remote:
+        from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import manifests
 
-        found, current = manifests(layout.remote)
+        try:
+            found, current = manifests(layout.remote)
+        except ObjectStoreError as exc:
+            return _fail(str(exc))
         ids = [m.release_id for m in found]
         release = args.release or current
         if release is None or release not in ids:
@@ -614,9 +820,13 @@ def cmd_gc(args) -> int:
     print(f"{verb} {len(report.removed)} folder(s) of staged work and validation results unused for {args.older_than:g} days, "
           f"{report.freed / 1e6:.1f} MB; kept {report.kept}")
     if layout.remote and not args.dry_run:  # the bucket's leftovers: releases whose publish was killed
+        from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import sweep
 
-        swept = sweep(layout.remote, args.leftover_minutes * 60)
+        try:
+            swept = sweep(layout.remote, args.leftover_minutes * 60)
+        except ObjectStoreError as exc:
+            return _fail(str(exc))
         print(f"removed {len(swept)} leftover(s) of killed publishes from {layout.remote}"
               + (f": {', '.join(swept)}" if swept else "") + f" (older than {args.leftover_minutes:g} min)")
     return 0
@@ -691,6 +901,13 @@ def build_parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="run a read-only SQL query on the warehouse")
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv"), default="table")
+    sql.add_argument("--timeout", metavar="SECONDS",
+                     help=f"stop the query after this long (default REWARDHOUSE_SQL_TIMEOUT, else "
+                          f"{env.SQL_TIMEOUT_DEFAULT}; 0: no limit)")
+    sql.add_argument("--memory-limit", metavar="SIZE",
+                     help=f"DuckDB's memory limit for the query, e.g. 4GB or 25%% (default REWARDHOUSE_SQL_MEMORY_LIMIT, "
+                          f"else {env.SQL_MEMORY_DEFAULT.replace('%', '%%')}); spills go to the system temp folder "
+                          f"(REWARDHOUSE_SQL_TEMP), at most REWARDHOUSE_SQL_TEMP_LIMIT (default {env.SQL_TEMP_LIMIT_DEFAULT})")
     sql.set_defaults(func=cmd_sql)
 
     dd = sub.add_parser("dedupe", help="find exact and near-duplicate images in any folder (CSV out)")
@@ -761,9 +978,19 @@ def main(argv: list[str] | None = None) -> int:
         _without_pandas()  # the whole process is this one command (not a caller's Python session)
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C outside a run (a run owns its signals): no traceback
+        return _fail("interrupted", 130)
     except OSError as exc:  # an unwritable or full data root, outside any run: say which path, no traceback
         where = f"cannot use {exc.filename}: " if exc.filename else ""
         return _fail(f"{where}{exc.strerror or exc}")
+    except Exception as exc:  # the same said by SQLite (the Dagster home) or DuckDB
+        from pipeline import unwritable
+
+        problem = unwritable.find(exc)
+        if problem is None:
+            raise
+        layout = Layout()
+        return _fail(f"{problem.reason}: {problem.where(str(layout.root), env.dagster_home() or str(layout.dagster_home))}")
 
 
 if __name__ == "__main__":

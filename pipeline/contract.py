@@ -209,6 +209,96 @@ def where(column: str, *values) -> When:
     return When(column, tuple(values))
 
 
+# --- the columns of an upstream file, checked on its Arrow schema before any row is read ---------
+
+@dataclass(frozen=True)
+class FileColumns:
+    """The columns an upstream columnar file (a parquet shard) must hold, with their Arrow types as
+    the upstream format writes them; a column may allow several types (a tuple).
+
+    Types match by family: any integer width, string or large string, list or large list, a
+    dictionary of the right values, and a struct holding (at least) the named fields. The null
+    type (a column with no values) matches anything. A change of family (list<int> → list<string>,
+    struct → binary, list<string> → string, string → int64, int → float) is drift: read row by row
+    it would either refuse every record or silently coerce ids and rankings, so the whole file is
+    refused instead."""
+
+    required: dict[str, pa.DataType | tuple[pa.DataType, ...]]
+    optional: dict[str, pa.DataType | tuple[pa.DataType, ...]] = field(default_factory=dict)
+
+    def problem(self, schema: pa.Schema) -> str | None:
+        """Why a file of `schema` is not in the upstream format (missing columns, then drifted
+        ones, each named with the type expected and the type found), or None."""
+        missing = [c for c in self.required if c not in schema.names]
+        if missing:
+            return f"lacks column(s) {', '.join(missing)}; columns are {', '.join(schema.names)}"
+        drifted = []
+        for name, expected in {**self.required, **self.optional}.items():
+            if name not in schema.names:
+                continue
+            found = schema.field(name).type
+            options = expected if isinstance(expected, tuple) else (expected,)
+            if not any(_same_family(found, e) for e in options):
+                wanted = " or ".join(_shown_type(e, family=True) for e in options)
+                drifted.append(f"column {name} is {_shown_type(found)}, expected {wanted}")
+        return f"schema drift: {'; '.join(drifted)}" if drifted else None
+
+
+def _family(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return _family(t.value_type)
+    for name, test in (("null", pa.types.is_null), ("int", pa.types.is_integer), ("float", pa.types.is_floating),
+                       ("bool", pa.types.is_boolean), ("string", _is_string), ("binary", _is_binary),
+                       ("list", _is_list), ("struct", pa.types.is_struct)):
+        if test(t):
+            return name
+    return str(t)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or getattr(pa.types, "is_binary_view", lambda _: False)(t))
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or getattr(pa.types, "is_list_view", lambda _: False)(t))
+
+
+def _same_family(found: pa.DataType, expected: pa.DataType) -> bool:
+    if pa.types.is_dictionary(found):
+        found = found.value_type
+    kind = _family(found)
+    if kind == "null":
+        return True
+    if kind != _family(expected):
+        return False
+    if kind == "list":
+        return _same_family(found.value_type, expected.value_type)
+    if kind == "struct":
+        fields = {f.name: f.type for f in found}
+        return all(f.name in fields and _same_family(fields[f.name], f.type) for f in expected)
+    return True
+
+
+def _shown_type(t: pa.DataType, family: bool = False) -> str:
+    """`list<string>`, `struct<bytes: binary, path: string>`: the found type by its own name
+    (int64, double), the expected one by family (int, float); a struct of no named fields is any
+    struct."""
+    if pa.types.is_dictionary(t):
+        return f"dictionary<{_shown_type(t.value_type, family)}>"
+    if _is_list(t):
+        return f"list<{_shown_type(t.value_type, family)}>"
+    if pa.types.is_struct(t):
+        inner = ", ".join(f"{f.name}: {_shown_type(f.type, family)}" for f in t)
+        return f"struct<{inner}>" if inner else "struct"
+    return _family(t) if family else str(t)
+
+
 # --- enforcement at parse time -------------------------------------------------------------------
 
 @dataclass

@@ -127,3 +127,59 @@ def aws_endpoint_url() -> str | None:
 
 def aws_region() -> str | None:
     return _get("AWS_REGION") or _get("AWS_DEFAULT_REGION")
+
+
+# --- readers (`rewardhouse sql`) ------------------------------------------------------------------
+class SettingError(ValueError):
+    """An environment variable or option holds a value it cannot take; the message names it."""
+
+
+_SIZE = r"^\s*\d+(\.\d+)?\s*(%|[KMGT]i?B|bytes)\s*$"
+
+
+def size_value(name: str, text: str) -> str:
+    """A DuckDB size (`4GB`, `512MiB`, `25%`), checked here so a typo is one line naming `name`."""
+    import re
+
+    if not re.match(_SIZE, text, re.IGNORECASE):
+        raise SettingError(f"{name}={text!r}: expected a size such as 4GB, 512MiB or 25% (of this machine's memory)")
+    return text.strip()
+
+
+def seconds_value(name: str, text: str) -> float | None:
+    """Seconds (> 0), or None for no limit (`0`, `none`)."""
+    if text.strip().lower() in ("0", "none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise SettingError(f"{name}={text!r}: expected seconds (a number above 0), or 0 for no limit")
+    return value
+
+
+SQL_TIMEOUT_DEFAULT = "60"
+SQL_MEMORY_DEFAULT = "25%"
+SQL_TEMP_LIMIT_DEFAULT = "4GB"
+
+
+def sql_timeout() -> float | None:
+    """REWARDHOUSE_SQL_TIMEOUT: seconds a `rewardhouse sql` query may run (default 60; 0: no limit)."""
+    return seconds_value("REWARDHOUSE_SQL_TIMEOUT", _get("REWARDHOUSE_SQL_TIMEOUT", SQL_TIMEOUT_DEFAULT))
+
+
+def sql_memory_limit() -> str:
+    """REWARDHOUSE_SQL_MEMORY_LIMIT: DuckDB's memory limit for a reader (default 25% of memory)."""
+    return size_value("REWARDHOUSE_SQL_MEMORY_LIMIT", _get("REWARDHOUSE_SQL_MEMORY_LIMIT", SQL_MEMORY_DEFAULT))
+
+
+def sql_temp_dir() -> str | None:
+    """REWARDHOUSE_SQL_TEMP: where a reader's query spills (default: the system temp folder, never
+    the data root)."""
+    return _get("REWARDHOUSE_SQL_TEMP")
+
+
+def sql_temp_limit() -> str:
+    """REWARDHOUSE_SQL_TEMP_LIMIT: how much a reader's query may spill (default 4GB)."""
+    return size_value("REWARDHOUSE_SQL_TEMP_LIMIT", _get("REWARDHOUSE_SQL_TEMP_LIMIT", SQL_TEMP_LIMIT_DEFAULT))

@@ -20,20 +20,60 @@ def open_image(data: bytes, max_pixels: int | None = None) -> Iterator[Image.Ima
     """Image.open on bytes behind the decompression-bomb guard, which is never off.
 
     An image with more than `max_pixels` pixels (the `max_image_pixels` setting) raises
-    DecompressionBombError naming the limit, from the header alone, before any pixel is decoded.
-    None keeps Pillow's own Image.MAX_IMAGE_PIXELS, its warning made an error (and the default
-    limit if someone set it to None). Pillow's hard error above twice its own limit stays on."""
+    DecompressionBombError naming that limit, from the header alone, before any pixel is decoded.
+    None keeps Pillow's own Image.MAX_IMAGE_PIXELS (and the default limit if someone set it to
+    None). Pillow's own guard stays on too: it refuses more than twice its limit inside
+    Image.open, and that refusal is reworded to name the limit that applies, never Pillow's
+    internal 2x."""
     limit = max_pixels or Image.MAX_IMAGE_PIXELS or DEFAULT_MAX_IMAGE_PIXELS
     with warnings.catch_warnings():
-        # With an explicit limit the check below decides, naming that limit; Pillow's warning names its own.
+        # With an explicit limit the check below decides; without, Pillow's warning is the refusal.
         warnings.simplefilter("error" if max_pixels is None else "ignore", Image.DecompressionBombWarning)
-        with Image.open(io.BytesIO(data)) as im:
-            width, height = im.size
-            if width * height > limit:
-                raise Image.DecompressionBombError(
-                    f"{width}x{height} image has {width * height} pixels, above the max_image_pixels limit of {limit}"
-                )
+        try:
+            im = Image.open(io.BytesIO(data))
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            size = header_size(data)
+            if size is None:
+                raise
+            raise bomb(size, limit) from exc
+        with im:
+            if im.size[0] * im.size[1] > limit:
+                raise bomb(im.size, limit)
             yield im
+
+
+def bomb(size: tuple[int, int], limit: int) -> Image.DecompressionBombError:
+    """The refusal of an image of `size`: above `limit` (the max_image_pixels setting), or, with a
+    limit raised past it, above the ceiling Pillow itself keeps (twice Image.MAX_IMAGE_PIXELS)."""
+    width, height = size
+    pixels = width * height
+    if pixels > limit:
+        return Image.DecompressionBombError(
+            f"{width}x{height} image has {pixels} pixels, above the max_image_pixels limit of {limit}"
+        )
+    ceiling = 2 * (Image.MAX_IMAGE_PIXELS or DEFAULT_MAX_IMAGE_PIXELS)
+    return Image.DecompressionBombError(
+        f"{width}x{height} image has {pixels} pixels, above Pillow's own ceiling of {ceiling} "
+        f"(twice PIL.Image.MAX_IMAGE_PIXELS), which max_image_pixels={limit} does not lift"
+    )
+
+
+def header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) as the format plugins read them from the header, the way Image.open tries
+    them but without its bomb check (which raises before the size can be asked for)."""
+    Image.init()
+    prefix = data[:16]
+    for fmt in Image.ID:
+        factory, accept = Image.OPEN[fmt]
+        accepted = accept(prefix) if accept else True
+        if not accepted or isinstance(accepted, str):  # a string is Pillow's "close, but not this"
+            continue
+        try:
+            with factory(io.BytesIO(data), "") as im:
+                return im.size
+        except Exception:  # not this format after all: the next one, as Image.open does
+            continue
+    return None
 
 
 def decode_problem(exc: Exception) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import pyarrow as pa
 
@@ -17,7 +18,8 @@ QUARANTINE_SCHEMA = pa.schema(
 
 
 # A whole upstream file that cannot be used (an archive refused as a zip bomb or not a zip, an
-# unreadable annotation file or shard): it blocks the release unless a setting lets it publish.
+# unreadable annotation file or shard, a shard whose schema drifted, a file with no records or with
+# every record refused): it blocks the release unless a setting lets it publish.
 FILE_STAGE = "file"
 
 
@@ -27,6 +29,22 @@ class Rejection:
     stage: str
     record_key: str
     reason: str
+
+
+def whole_file_faults(dataset: str, counts: Iterable[tuple[str, int, int]], noun: str = "rows") -> list[Rejection]:
+    """Stage-`file` rows for files that were read but gave nothing. `counts` holds, per file read
+    whole, (name, records it held, records that survived parsing and the record contract). A file
+    with no records, or with every record refused, would publish an empty or shrunken table that
+    looks complete, so it is refused whole (and blocks) like an unreadable one; a dataset whose
+    records were all refused has every one of its files here."""
+    out = []
+    for name, records, kept in counts:
+        if records == 0:
+            out.append(Rejection(dataset, FILE_STAGE, name, f"holds no {noun}: nothing to publish"))
+        elif kept == 0:
+            out.append(Rejection(dataset, FILE_STAGE, name,
+                                 f"nothing usable: all of its {noun} ({records}) were refused, each with its own quarantine row"))
+    return out
 
 
 def utf8_text(text: str) -> str:

@@ -20,6 +20,7 @@ for runs launched from the UI while the daemon is up.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import dagster as dg
 from pipeline.liveness import HOST, Busy, Heartbeat, Holder, heartbeat_of, pid_exists, process_start
 from pipeline.staging import write_text_atomic
 from pipeline.stopping import stop_point
+from pipeline.unwritable import naming
 
 IN_FLIGHT = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 # A run in flight with no process recorded at all is given this long after its last update.
@@ -45,18 +47,38 @@ def lease_dir(instance: dg.DagsterInstance, run_id: str) -> Path:
     return Path(instance.root_directory) / LEASES / run_id
 
 
-class Lease:
-    """This process executes run `run_id`: a lease file with a heartbeat, removed by `release()`."""
+# Room kept beside a lease until its run ends: on a full disk, freeing it lets this process still
+# record its run as failed (SQLite needs space for its journal). A disk without this much free
+# fails before the run is created.
+RESERVE_BYTES = 1 << 20
 
-    def __init__(self, instance: dg.DagsterInstance, run_id: str, label: str):
+
+class Lease:
+    """This process executes run `run_id`: a lease file with a heartbeat, and `reserve` bytes of
+    disk held for recording the run's end (`free_reserve()`); both removed by `release()`."""
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, label: str, reserve: int = RESERVE_BYTES):
         self.holder = Holder.me(label)
         self.path = lease_dir(instance, run_id) / f"{self.holder.host}-{self.holder.pid}.json"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path, self.holder.to_json())
+        self.reserve = self.path.with_suffix(".reserve")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, self.holder.to_json())
+            _write_zeros(self.reserve, reserve)
+        except OSError as exc:
+            self._remove()
+            raise naming(exc, instance.root_directory) from None
         self.heartbeat = Heartbeat(self.path).start()
+
+    def free_reserve(self) -> None:
+        self.reserve.unlink(missing_ok=True)
 
     def release(self) -> None:
         self.heartbeat.stop()
+        self._remove()
+
+    def _remove(self) -> None:
+        self.free_reserve()
         self.path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.path.parent.rmdir()
@@ -66,6 +88,15 @@ class Lease:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _write_zeros(path: Path, size: int) -> None:
+    block = bytes(min(size, 1 << 16))
+    with open(path, "wb") as fh:
+        for start in range(0, size, len(block) or 1):
+            fh.write(block[: size - start])
+        fh.flush()
+        os.fsync(fh.fileno())  # allocated now, not when the disk is already full
 
 
 def leases_of(instance: dg.DagsterInstance, run_id: str) -> list[tuple[Holder, float | None]]:
@@ -242,6 +273,19 @@ def mark_canceling(instance: dg.DagsterInstance, run_id: str, message: str) -> N
     run = instance.get_run_by_id(run_id)
     if run is not None and run.status in (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED):
         instance.report_run_canceling(run, message=message)
+
+
+def fail_run(instance: dg.DagsterInstance, run_id: str, message: str) -> bool:
+    """Run `run_id` of this process ended in a failure Dagster may not have recorded (its storage
+    could not be written): mark it failed if it is still in flight, free its slots and leases.
+    False if the run was never created. Raises what the storage raises."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and (run.status in IN_FLIGHT or run.status == dg.DagsterRunStatus.NOT_STARTED):
+        instance.report_run_failed(run, message=f"Run failed: {message}")
+    if instance.event_log_storage.supports_global_concurrency_limits:
+        instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+    shutil.rmtree(lease_dir(instance, run_id), ignore_errors=True)
+    return run is not None
 
 
 def abandon(instance: dg.DagsterInstance, run_id: str, message: str) -> None:

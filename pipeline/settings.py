@@ -51,6 +51,9 @@ def data_root() -> Path:
 
 
 DEFAULT_MAX_DISTANCE = 8
+# The largest near-duplicate radius: beyond half the bits nothing is a near duplicate, and the
+# candidate search would be quadratic.
+MAX_DEDUPE_DISTANCE = 32
 # Pillow's own default for Image.MAX_IMAGE_PIXELS (1 GiB of 24-bit pixels / 4 / 3).
 DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
 
@@ -93,6 +96,15 @@ class QualitySettings:
     quarantine_budget: float = 0.05  # share of a dataset's records (and of its images) quarantined
     budget_severity: str = "WARN"
 
+    def __post_init__(self) -> None:
+        for name in ("drift_severity", "budget_severity"):
+            if getattr(self, name) not in ("WARN", "ERROR"):
+                raise ValueError(f"{name} must be WARN or ERROR, not {getattr(self, name)!r}")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -129,8 +141,21 @@ class Settings:
     hf_images: bool = False
     hf_images_budget_gb: float = 0.0
     # Reviewers' overrides of dedupe decisions (pipeline/review/overrides.py): a JSON file, by
-    # default `overrides.json` in the data root; its decisions are part of the release id.
+    # default `overrides.json` in the data root. Read once per run, by the dedupe step that applies
+    # them; the digest of what it applied reaches the release id through its output, not through
+    # `fingerprint` (a second read could see a file changed in between).
     overrides: str | None = None
+
+    def __post_init__(self) -> None:
+        # Refused when the settings are made (the CLI makes them before it starts a run), not by
+        # the asset that first uses them, minutes into the run.
+        d = self.dedupe_max_distance
+        if not _whole(d) or not 0 <= d <= MAX_DEDUPE_DISTANCE:
+            raise ValueError(f"dedupe_max_distance (--max-distance) must be within 0..{MAX_DEDUPE_DISTANCE}, not {d!r}")
+        if not _whole(self.workers) or self.workers < 0:
+            raise ValueError(f"workers (--workers) must be 0 (every core) or more, not {self.workers!r}")
+        if not _whole(self.keep_releases) or self.keep_releases < 0:
+            raise ValueError(f"keep_releases must be 0 (keep all) or more, not {self.keep_releases!r}")
 
     def load_overrides(self):
         from pipeline.review.overrides import load
@@ -149,9 +174,13 @@ class Settings:
     def max_image_pixels(self) -> int:
         return self.zip_limits.max_image_pixels
 
+    def image_roots_signature(self) -> list[dict]:
+        return [root_signature(r) for r in self.image_roots]
+
     def fingerprint(self) -> dict:
         """Settings that change table content, and so belong in the release id (not `workers`);
-        `zip_limits` includes `max_image_pixels`."""
+        `zip_limits` includes `max_image_pixels`. Plain values only, no file is read: what a step
+        reads from a file (the reviewers' decisions) comes with its output (`Staged.fingerprint`)."""
         return {
             "zip_limits": asdict(self.zip_limits),
             "prm_label_threshold": self.prm_label_threshold,
@@ -159,10 +188,10 @@ class Settings:
             "export_keep_duplicates": self.export_keep_duplicates,
             "export_keep_contaminated": self.export_keep_contaminated,
             "quality": asdict(self.quality),
-            "image_roots": [root_signature(r) for r in self.image_roots],
+            # The roots by name; what they hold (`image_roots_signature`) is read once, by the step
+            # that reads them, and reaches the release id through its output.
+            "image_roots": [str(r) for r in self.image_roots],
             "hf_images": self.hf_images,
-            # Only when there are decisions, so a data root without any keeps its release ids.
-            **({"overrides": digest} if (digest := self.load_overrides().digest()) else {}),
         }
 
 

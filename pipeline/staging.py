@@ -10,6 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.unwritable import naming, notice
+
 # A staged folder that holds a finished result records it in this file; its mtime is the folder's
 # last use (written when built, touched when reused), which `rewardhouse gc` goes by.
 RESULT_FILE = "_result.json"
@@ -26,6 +28,9 @@ class Staged:
     tables: dict[str, str] = field(default_factory=dict)  # published table -> Parquet path
     internal: dict[str, str] = field(default_factory=dict)  # staged for later assets only
     present: bool = True
+    # What the step read that belongs in the release id beside the settings (the digest of the
+    # reviewers' decisions it applied): read once, where it is used, and handed on from here.
+    fingerprint: dict = field(default_factory=dict)
 
     def files(self) -> list[str]:
         """Every file the hand-off points at (a reused record is valid only if all exist)."""
@@ -76,6 +81,9 @@ class Candidate:
     sources: dict
     settings: dict
     export: dict  # Export.to_record() of the training export
+    # A bucket root: the release its CURRENT named when this run read it (None: it had none). The
+    # candidate is judged against it, and the publish moves CURRENT only if it still names it.
+    built_on: str | None = None
 
     def read(self) -> dict[str, pa.Table]:
         return read_staged(self.tables)
@@ -93,8 +101,13 @@ def write_staged(directory: Path, tables: dict[str, pa.Table]) -> dict[str, str]
     for name, table in tables.items():
         final = directory / f"{name}.parquet"
         tmp = directory / f".{name}.{uuid.uuid4().hex[:8]}.parquet"
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, final)
+        try:
+            pq.write_table(table, tmp, compression="zstd")
+            os.replace(tmp, final)
+        except OSError as exc:  # a full disk: leave no partial file, and say which one it was
+            tmp.unlink(missing_ok=True)
+            notice(named := naming(exc, final))
+            raise named from exc
         paths[name] = str(final)
     return paths
 
@@ -103,8 +116,13 @@ def write_text_atomic(path: Path, text: str) -> None:
     """A small record (a candidate, a check outcome) written whole or not at all: a run killed
     while writing it leaves the previous version, never half a file."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        notice(named := naming(exc, path))
+        raise named from exc
 
 
 def read_staged(paths: dict[str, str]) -> dict[str, pa.Table]:

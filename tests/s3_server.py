@@ -1,7 +1,8 @@
 """A real S3 protocol server for the tests: moto's standalone server (`moto_server`) on 127.0.0.1,
 started as a subprocess (no in-process patching), and a loopback proxy in front of it that can
-hold chosen requests, so a test decides exactly when a publisher is "mid-publish", or strip the
-conditional headers (a store that ignores them)."""
+hold chosen requests, so a test decides exactly when a publisher is "mid-publish", strip the
+conditional headers (a store that ignores them), or fault chosen requests: apply one and lose its
+answer, or answer with an S3 error without passing it on."""
 
 from __future__ import annotations
 
@@ -78,13 +79,34 @@ class Hold:
         self.go.set()
 
 
+class Fault:
+    """Requests matching `method` and the `path` pattern, after the first `skip` of them and at
+    most `times` (None: all): with `status` None, passed on to the server and then the connection
+    closed without an answer (the server applied the request, the client never hears so); with a
+    `status`, answered with that S3 error `code`, never reaching the server."""
+
+    def __init__(self, method: str, path: str, status: int | None = None, code: str = "InternalError",
+                 times: int | None = 1, skip: int = 0):
+        self.method, self.pattern, self.status, self.code = method, re.compile(path), status, code
+        self.times, self.skip, self.hits = times, skip, 0
+        self.lock = threading.Lock()
+
+    def take(self, method: str, path: str) -> bool:
+        if method != self.method or not self.pattern.search(path.split("?")[0]):
+            return False
+        with self.lock:
+            self.hits += 1
+            return self.hits > self.skip and (self.times is None or self.hits - self.skip <= self.times)
+
+
 class Proxy:
-    """Forwards to `upstream`; `holds` are consulted per request; `strip_conditions` drops
-    If-None-Match / If-Match. `requests` records (method, path) of every request seen."""
+    """Forwards to `upstream`; `holds`, then `faults`, are consulted per request; `strip_conditions`
+    drops If-None-Match / If-Match. `requests` records (method, path) of every request seen."""
 
     def __init__(self, upstream: str, strip_conditions: bool = False):
         self.upstream, self.strip = upstream, strip_conditions
         self.holds: list[Hold] = []
+        self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
         proxy = self
 
@@ -98,6 +120,15 @@ class Proxy:
                     if hold.matches(self.command, self.path) and not hold.wait_here():
                         self.close_connection = True
                         return
+                fault = next((f for f in list(proxy.faults) if f.take(self.command, self.path)), None)
+                if fault is not None and fault.status is not None:
+                    error = f"<?xml version='1.0'?><Error><Code>{fault.code}</Code><Message>injected</Message></Error>"
+                    self.send_response(fault.status)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error.encode())
+                    return
                 skip = {"host"} | ({"if-none-match", "if-match"} if proxy.strip else set())
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
                 # urllib would label a bare body as a form, which the server then parses as one.
@@ -109,6 +140,9 @@ class Proxy:
                         status, out, reply = resp.status, resp.read(), resp.headers
                 except urllib.error.HTTPError as exc:
                     status, out, reply = exc.code, exc.read(), exc.headers
+                if fault is not None:  # applied upstream; its answer is lost
+                    self.close_connection = True
+                    return
                 self.send_response(status)
                 for k, v in reply.items():
                     if k.lower() not in ("transfer-encoding", "content-length", "connection", "server", "date"):
@@ -132,6 +166,12 @@ class Proxy:
         hold = Hold(method, path, count)
         self.holds.append(hold)
         return hold
+
+    def fault(self, method: str, path: str, status: int | None = None, code: str = "InternalError",
+              times: int | None = 1, skip: int = 0) -> Fault:
+        fault = Fault(method, path, status, code, times, skip)
+        self.faults.append(fault)
+        return fault
 
     def close(self) -> None:
         for hold in self.holds:

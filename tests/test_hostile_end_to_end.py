@@ -24,6 +24,8 @@ from pipeline.mmrb2.source import ANNOTATION_DIR, IMAGE_DIR
 from pipeline.mmrb2.sample import write_sample
 from pipeline.visualprm.source import PARQUET_DIR
 from pipeline.visualprm.sample import write_visualprm_sample
+from pipeline.vlrb import sample as vlrb_sample
+from run_control import finish, start
 
 BENCH = Path(ANNOTATION_DIR)
 SHARDS = Path(PARQUET_DIR) / "data"
@@ -131,3 +133,32 @@ def test_hostile_source_is_quarantined_and_the_refused_run_leaves_the_release_in
     missing = {k: v for k, v in expected.items() if k not in got or v not in got[k]}
     assert not missing, {k: got.get(k) for k in missing}
     assert all(r["reason"] for r in rows)
+
+
+def test_a_drifted_eval_shard_blocks_the_run_and_is_named_last(released):
+    """A VL-RewardBench shard whose rankings became strings does not publish an empty eval set:
+    the run exits 1, publishes nothing, and its last lines name the file and the drifted column."""
+    base, _, home = released
+    mirror = base / "drifted"
+    write_sample(mirror)  # the same bytes as the published run's: that work is reused
+    write_visualprm_sample(mirror)
+    vlrb_sample.write_vlrb_sample(mirror)
+    shard = mirror / vlrb_sample.RELPATH
+    table = pq.read_table(shard)
+    ranks = pa.array([[str(r) for r in pair] for pair in table["human_ranking"].to_pylist()], pa.list_(pa.string()))
+    pq.write_table(table.set_column(table.schema.get_field_index("human_ranking"), "human_ranking", ranks), shard)
+    current = (home / "releases" / "CURRENT").read_text().strip()
+    releases_before = sorted(p.name for p in (home / "releases").iterdir())
+    warehouse_before = q(home, "select release_id, is_current from releases order by 1")
+
+    code, out, err = finish(start(home, "--source", "local", "--path", str(mirror)))
+    assert code == 1 and "Traceback" not in err and "published" not in out, (out, err)
+    assert err.rstrip("\n").splitlines()[-2:] == [
+        "rewardhouse: blocked by upstream files that could not be used (fix them, or publish without them: "
+        "--set allow_unusable_files=true):",
+        f"rewardhouse: unusable upstream file: vlrb {vlrb_sample.RELPATH}: "
+        "parquet schema drift: column human_ranking is list<string>, expected list<int>",
+    ]
+    assert (home / "releases" / "CURRENT").read_text().strip() == current
+    assert sorted(p.name for p in (home / "releases").iterdir()) == releases_before
+    assert q(home, "select release_id, is_current from releases order by 1") == warehouse_before

@@ -86,7 +86,7 @@ def broken() -> dict[str, tuple[bytes, str]]:
         "bomb.png": (png_header_only(10_000, 10_000),
                      f"DecompressionBombError: 10000x10000 image has 100000000 pixels, above the max_image_pixels limit of {DEFAULT_MAX_IMAGE_PIXELS}"),
         "huge_bomb.png": (png_header_only(60_000, 60_000),
-                          f"DecompressionBombError: Image size (3600000000 pixels) exceeds limit of {2 * PILLOW_DEFAULT} pixels"),
+                          f"DecompressionBombError: 60000x60000 image has 3600000000 pixels, above the max_image_pixels limit of {DEFAULT_MAX_IMAGE_PIXELS}"),
     }
 
 
@@ -221,11 +221,25 @@ def test_default_limit_is_pillows_and_the_guard_is_never_off(tmp_path, monkeypat
 def test_the_setting_decides_over_pillows_warning_and_pillows_hard_error_stays(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow warns above 1000 and raises above 2000
     warned = encode(picture(40, 30), "PNG")  # 1200
-    assert inspect_image(warned)[3].startswith("DecompressionBombWarning")  # no setting: Pillow's limit
+    # No setting: Pillow's limit is the limit, and the reason names it as the setting's.
+    assert inspect_image(warned)[3] == "DecompressionBombError: 40x30 image has 1200 pixels, above the max_image_pixels limit of 1000"
     assert inspect_image(warned, 1500)[3] is None  # a raised limit lets it through
     assert hash_bytes("w", warned, 1500).error is None
-    over = encode(picture(50, 50), "PNG")  # 2500 > 2 x 1000
-    assert inspect_image(over, 10_000)[3].startswith("DecompressionBombError: Image size (2500 pixels) exceeds limit of 2000")
+    over = encode(picture(50, 50), "PNG")  # 2500 > 2 x 1000: Pillow's own ceiling, which the setting cannot lift
+    assert inspect_image(over, 10_000)[3] == ("DecompressionBombError: 50x50 image has 2500 pixels, above Pillow's own "
+                                             "ceiling of 2000 (twice PIL.Image.MAX_IMAGE_PIXELS), which "
+                                             "max_image_pixels=10000 does not lift")
+
+
+@pytest.mark.parametrize("side", [10_000, 14_000])  # 1.1 and 2.2 times the limit: Pillow warns, then refuses itself
+def test_a_bomb_reason_names_the_max_image_pixels_limit_never_pillows_twice(side):
+    bomb = png_header_only(side, side)
+    reason = (f"DecompressionBombError: {side}x{side} image has {side * side} pixels, "
+              f"above the max_image_pixels limit of {DEFAULT_MAX_IMAGE_PIXELS}")
+    for limit in (DEFAULT_MAX_IMAGE_PIXELS, None):  # as a run sets it, and `rewardhouse dedupe DIR` (Pillow's own)
+        assert inspect_image(bomb, limit)[3] == reason
+        assert hash_bytes("bomb.png", bomb, limit).error == reason
+    assert str(2 * DEFAULT_MAX_IMAGE_PIXELS) not in reason
 
 
 def test_max_image_pixels_is_a_setting_resource_field_env_var_and_in_the_release_id(monkeypatch):

@@ -12,12 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import stand_in_jpeg
+from pipeline.contract import enforce
+from pipeline.mmrb2.contract import contracts as mmrb2_contracts
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.quarantine import quarantine_table
-from pipeline.settings import MMRB2_TASKS, ZipLimits
+from pipeline.settings import MMRB2_TASKS, QualitySettings, ZipLimits
 from pipeline.visualprm.images import ImageStore, inventory_prm_images
 from pipeline.visualprm.parse import parse_prm
-from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input
+from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input, refused_files
 
 MEDIA = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
 CONV = [{"from": "system", "value": "judge"}, {"from": "human", "value": "### Question:\nq?\n\n### Solution Process:\nstep one"},
@@ -166,6 +168,35 @@ def test_malformed_prompt_entries_are_quarantined_at_parse_prompts(tmp_path):
         [("file", "new_task_release.json", 'expected an object with a "pairs" list')]
 
 
+def rated(pair_id: str, ratings=(4, 5, 3)) -> dict:
+    return {**pair(pair_id), "human_annotations": list(ratings)}
+
+
+def test_an_annotation_file_that_gives_no_pair_is_refused_whole(tmp_path):
+    reasoning = {**pair("r-ok"), "human_annotations": {"response_a_ratings": ["A"], "response_b_ratings": ["B"]}}
+    files = write_tasks(tmp_path, {
+        "t2i": [rated("t-1", (9, 9, 9)), rated("t-2", (0, 2, 3))],  # every pair breaks the record contract
+        "edit": [],  # an empty list
+        "interleaved": [{**rated("i-1"), "id": 1}, {**rated("i-2"), "id": 2}],  # ids drifted to integers
+        "reasoning": [reasoning],
+    })
+    prompts = tmp_path / "new_task_release.json"
+    prompts.write_text(json.dumps({"pairs": []}))
+    parsed = parse_mmrb2(files, prompts)
+    checked = enforce("mmrb2", parsed.tables(), mmrb2_contracts(QualitySettings()))
+    every = "nothing usable: all of its pairs (2) were refused, each with its own quarantine row"
+    assert [(r.dataset, r.stage, r.record_key, r.reason) for r in parsed.refused_files(checked.tables["mmrb2_pairs"])] == [
+        ("mmrb2", "file", "t2i_response_only.json", every),
+        ("mmrb2", "file", "edit_response_only.json", "holds no pairs: nothing to publish"),
+        ("mmrb2", "file", "interleaved_response_only.json", every),
+        ("mmrb2", "file", "new_task_release.json", "holds no pairs: nothing to publish"),
+    ]
+    # No id was coerced: the integer ids are refused one by one, and only the good pair is left.
+    assert [(r.record_key, r.reason) for r in parsed.rejected] == [
+        ("interleaved_response_only.json#0", "missing or non-string id"), ("interleaved_response_only.json#1", "missing or non-string id")]
+    assert checked.tables["mmrb2_pairs"]["pair_id"].to_pylist() == ["r-ok"]
+
+
 # ---- VisualPRM: parquet shards whose schema drifted ---------------------------------------------
 
 
@@ -174,7 +205,8 @@ def parquet_shards(d: Path) -> list[Path]:
     d.mkdir()
     with_media = pa.array([[{"bytes": stand_in_jpeg(1), "path": "src/a.jpg"}], [{"bytes": None, "path": "src/b.jpg"}]], MEDIA)
     pq.write_table(pa.table({"id": ["a", "b"], "messages": [conv, conv], "media": with_media}), d / "train-00.parquet")
-    pq.write_table(pa.table({"id": [1, 2], "messages": [conv, conv]}), d / "train-01.parquet")  # id retyped, no media
+    pq.write_table(pa.table({"id": [1, 2], "messages": [conv, conv]}), d / "train-01.parquet")  # id retyped
+    pq.write_table(pa.table({"id": ["1", "2"], "messages": [conv, conv]}), d / "train-11.parquet")  # no media
     structured = pa.array([CONV], pa.list_(pa.struct([("from", pa.string()), ("value", pa.string())])))
     pq.write_table(pa.table({"id": ["c"], "messages": structured}), d / "train-02.parquet")  # messages as structs
     pq.write_table(pa.table({"id": ["d"], "conversation": [conv]}), d / "train-03.parquet")  # messages renamed
@@ -201,23 +233,29 @@ def test_parquet_schema_drift_is_quarantined_per_shard_and_the_rest_parse(tmp_pa
     out = parse_prm(con)
     got = [(r.stage, r.record_key, r.reason) for r in read] + \
         [(r["stage"], r["record_key"], r["reason"]) for r in out["quarantine"].to_pylist()]
-    media_reason = "expected a list of {bytes: binary, path: string} structs"
-    assert got[:3] == [
+    media = "expected list<struct<bytes: binary, path: string>>"
+    assert got[:5] == [  # drift is refused from the schema, before a row is read: no id is cast to text
+        ("file", "train-01.parquet", "parquet schema drift: column id is int64, expected string"),
         ("file", "train-03.parquet", "parquet lacks column(s) messages; columns are id, conversation"),
-        ("file", "train-04.parquet", f"media column is list<element: struct<data: binary, path: string>>, {media_reason}"),
-        ("file", "train-05.parquet", f"media column is string, {media_reason}"),
+        ("file", "train-04.parquet", f"parquet schema drift: column media is list<struct<data: binary, path: string>>, {media}"),
+        ("file", "train-05.parquet", f"parquet schema drift: column media is string, {media}"),
+        ("file", "train-06.parquet", "parquet schema drift: column messages is int64, expected string or list<struct> or struct"),
     ]
-    assert got[3][:2] == ("file", "train-09.parquet") and got[3][2].startswith("unreadable parquet: ")
-    assert got[4][:2] == ("file", "train-10.parquet") and got[4][2].startswith("unreadable parquet: ")
-    assert got[5:] == [
-        ("parse", "g", "unrecognised messages shape: a JSON ubigint"),
+    assert got[5][:2] == ("file", "train-09.parquet") and got[5][2].startswith("unreadable parquet: ")
+    assert got[6][:2] == ("file", "train-10.parquet") and got[6][2].startswith("unreadable parquet: ")
+    assert got[7:] == [
         ("parse", "h", "image reference 0 is empty (no path and no bytes)"),
         ("parse", "a", "duplicate sample id (first seen at row 1)"),
         ("parse", "i", "conversation has no steps"),
     ]
+    # Shards read whole whose every row was refused are refused whole too.
+    assert [(r.stage, r.record_key, r.reason) for r in refused_files(con, out["prm_samples"])] == [
+        ("file", "train-07.parquet", "nothing usable: all of its rows (1) were refused, each with its own quarantine row"),
+        ("file", "train-08.parquet", "nothing usable: all of its rows (2) were refused, each with its own quarantine row"),
+    ]
     samples = {r["sample_id"]: r for r in out["prm_samples"].to_pylist()}
     assert set(samples) == {"a", "b", "1", "2", "c"}
-    assert out["quarantine"].num_rows + len(samples) == 2 + 2 + 1 + 1 + 1 + 2  # every row of a readable shard
+    assert out["quarantine"].num_rows + len(samples) == 2 + 1 + 1 + 2 + 2  # every row of a readable shard
     # A shard without `media` does not cost the other shards their images.
     assert samples["a"]["image_refs"] == ["src/a.jpg"] and samples["b"]["image_refs"] == ["src/b.jpg"]
     assert samples["1"]["image_refs"] == [] and samples["c"]["n_steps"] == 2 == samples["a"]["n_steps"]
@@ -289,3 +327,26 @@ def test_non_utf8_file_name_gives_writable_ids(tmp_path):
     assert out["prm_samples"].column("sample_id").to_pylist() == ["Bad\\udcff_prm:1"]
     assert out["prm_samples"].column("source").to_pylist() == ["Bad\\udcff"]
     assert quarantine_table(read).column("record_key").to_pylist() == ["Bad\\udcff_prm:2"]
+
+
+def test_a_visualprm_file_that_gives_no_sample_is_refused_whole(tmp_path):
+    conv = json.dumps(CONV)
+    d = tmp_path / "data"
+    d.mkdir()
+    pq.write_table(pa.table({"id": ["a"], "messages": [conv]}), d / "train-00.parquet")
+    pq.write_table(pa.table({"id": ["x"], "messages": [conv]}).slice(0, 0), d / "train-01.parquet")  # no rows
+    con = connect()
+    assert load_parquet_input(con, sorted(d.glob("*.parquet"))) == []
+    assert [(r.stage, r.record_key, r.reason) for r in refused_files(con, parse_prm(con)["prm_samples"])] == \
+        [("file", "train-01.parquet", "holds no rows: nothing to publish")]
+
+    good, blank, bad = (tmp_path / f"{n}_prm.jsonl" for n in ("Good", "Blank", "Bad"))
+    good.write_text(json.dumps({"id": -1, "image": "g.jpg", "conversations": CONV}) + "\n")
+    blank.write_text("\n\n")
+    bad.write_bytes(b'[]\n{"id": -1, "conversations": [\n{"image": "caf\xe9.jpg"}\n')  # refused at read, parse, read
+    con = connect()
+    load_jsonl_input(con, [good, blank, bad])
+    assert [(r.stage, r.record_key, r.reason) for r in refused_files(con, parse_prm(con)["prm_samples"])] == [
+        ("file", "Blank_prm.jsonl", "holds no rows: nothing to publish"),
+        ("file", "Bad_prm.jsonl", "nothing usable: all of its rows (3) were refused, each with its own quarantine row"),
+    ]

@@ -83,6 +83,35 @@ def test_quarantine_budget_and_cluster_bound(tables):
     assert not sanity.passed and sanity.details["contamination_pairs"] >= 1
 
 
+def test_a_drifted_or_empty_upstream_file_blocks_the_release(tmp_path):
+    """The parser's whole-file refusals reach the gate: drift and an empty shard block, unless
+    allow_unusable_files lets the release publish without them (then they warn)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.quarantine import quarantine_table
+    from pipeline.settings import ZipLimits
+    from pipeline.vlrb.parse import parse_vlrb
+
+    schema = pa.schema([("id", pa.string()), ("query", pa.string()), ("response", pa.list_(pa.string())),
+                        ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                        ("human_ranking", pa.list_(pa.string()))])  # ranks drifted to text
+    pq.write_table(pa.Table.from_pylist([{"id": "p1", "query": "q", "response": ["a", "b"], "image": None,
+                                          "human_ranking": ["0", "1"]}], schema=schema), tmp_path / "drifted.parquet")
+    pq.write_table(schema.empty_table().cast(schema.set(4, pa.field("human_ranking", pa.list_(pa.int64())))),
+                   tmp_path / "empty.parquet")
+    parsed = parse_vlrb([tmp_path / "drifted.parquet", tmp_path / "empty.parquet"], ZipLimits())
+    con = rules.connect({"quarantine": quarantine_table(parsed.rejected)})
+    out = rules.upstream_files(con)
+    assert out.blocks and out.severity == "ERROR"
+    assert out.details["unusable_files"] == [
+        {"dataset": "vlrb", "file": "drifted.parquet",
+         "reason": "parquet schema drift: column human_ranking is list<string>, expected list<int>"},
+        {"dataset": "vlrb", "file": "empty.parquet", "reason": "holds no rows: nothing to publish"},
+    ]
+    allowed = rules.upstream_files(con, allow_unusable=True)
+    assert not allowed.passed and not allowed.blocks and allowed.severity == "WARN"
+
+
 def test_psi_is_zero_for_equal_and_grows_with_shift():
     assert rules.psi({"a": 10, "b": 10}, {"a": 10, "b": 10}) == 0
     assert rules.psi({"a": 90, "b": 10}, {"a": 50, "b": 50}) > 0.25 > rules.psi({"a": 90, "b": 10}, {"a": 88, "b": 12})

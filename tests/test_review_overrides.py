@@ -89,38 +89,94 @@ def test_names_by_sha256_and_names_not_in_the_release(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("doc, message", [
+DEEP = '{"format": 1, "decisions": ' + "[" * 100_000 + "]" * 100_000 + "}"
+FILE_FAULTS = [
     ("not json", "not JSON"),
     ('{"decisions": []}', 'expected {"format": 1'),
-    ('{"format": 1, "decisions": [{"decision": "maybe", "images": ["a:b", "c:d"]}]}', "decision must be one of"),
+    ('{"format": 1, "decisions": [{"decision": "maybe", "images": ["a:b", "c:d"]}]}', "decision 1: `decision` must be one of"),
     ('{"format": 1, "decisions": [{"decision": "duplicates", "images": ["a:b"]}]}', "names exactly two images"),
     ('{"format": 1, "decisions": [{"decision": "not_leak", "train": "plainname"}]}', "<dataset>:<image_key> or sha256:<hex>"),
     ('{"format": 1, "decisions": [{"decision": "duplicates", "images": ["a:b", "a:b"]}]}', "the same image twice"),
-])
+    ('{"format": 1, "revision": "two", "decisions": []}', ": `revision` must be a whole number of 0 or more, got 'two'"),
+    ('{"format": 1, "revision": true, "decisions": []}', ": `revision` must be a whole number"),
+    (DEEP, ": not usable JSON (nested too deeply)"),
+    (b'{"format": 1, "decisions": [{"decision": "not_leak", "train": "a:\xff"}]}', ": not UTF-8 text (byte 65 is 0xff)"),
+    ('{"format": 1, "decisions": [{"decision": "not_leak", "train": "a:b"}, {"decision": "not_leak", "train": "a:c", '
+     '"reason": {"why": 1}}]}', "decision 2: `reason` must be text, got an object"),
+    ('{"format": 1, "decisions": [{"decision": "not_leak", "train": "a:b", "eval": 7}]}', "decision 1: `eval`: an image is named"),
+    ('{"format": 1, "decisions": [{"decision": "duplicates", "images": ["a:b", ["c:d"]]}]}', "decision 1: `images`: an image is named"),
+    ('{"format": 1, "decisions": [{"decision": "not_leak", "train": "a:b", "by": 3}]}', "decision 1: `by` must be text, got a number"),
+    ('{"format": 1, "decisions": ["not_leak a:b"]}', "decision 1: a decision is an object, got text"),
+]
+
+
+def _plant(path, doc):
+    path.write_bytes(doc if isinstance(doc, bytes) else doc.encode())
+
+
+@pytest.mark.parametrize("doc, message", FILE_FAULTS)
 def test_a_file_that_cannot_be_used_is_named_with_the_entry(tmp_path, doc, message):
     path = tmp_path / "overrides.json"
-    path.write_text(doc)
+    _plant(path, doc)
     with pytest.raises(ov.OverridesError) as err:
         ov.load(str(path))
     assert str(err.value).startswith(str(path)) and message in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
 
 
-def test_the_cli_file_is_versioned_and_its_decisions_are_part_of_the_release_id(tmp_path):
+def test_a_directory_in_place_of_the_file_is_refused_not_read_as_no_decisions(tmp_path):
+    (tmp_path / "overrides.json").mkdir()
+    with pytest.raises(ov.OverridesError, match=r"overrides\.json: a directory, not an overrides file"):
+        ov.load(str(tmp_path / "overrides.json"))
+    (tmp_path / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    with pytest.raises(ov.OverridesError, match="a link to a file that does not exist"):
+        ov.load(str(tmp_path / "gone.json"))
+    assert not ov.load(str(tmp_path / "absent.json"))  # no file at all: no decisions
+    # Only the dedupe step reads the file: the settings other steps key their work by do not.
+    assert "overrides" not in Settings(overrides=str(tmp_path / "overrides.json")).fingerprint()
+
+
+@pytest.mark.parametrize("argv", [["list"], ["remove", "1"], ["not-leak", "visualprm:a.png"]])
+@pytest.mark.parametrize("doc, message", [FILE_FAULTS[6], FILE_FAULTS[8], FILE_FAULTS[9], FILE_FAULTS[10]])
+def test_the_override_command_says_what_is_wrong_in_one_line_and_leaves_the_file(tmp_path, capsys, argv, doc, message):
+    from pipeline.cli import main
+
+    path = tmp_path / "overrides.json"
+    _plant(path, doc)
+    before = path.read_bytes()
+    assert main(["override", "--file", str(path), *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith(f"rewardhouse: {path}") and message in err
+    assert path.read_bytes() == before
+
+
+def test_the_override_command_refuses_a_directory(tmp_path, capsys):
+    from pipeline.cli import main
+
+    (tmp_path / "overrides.json").mkdir()
+    for argv in (["list"], ["duplicates", "a:b", "c:d"]):
+        assert main(["override", "--file", str(tmp_path / "overrides.json"), *argv]) == 2
+        assert capsys.readouterr().err == f"rewardhouse: {tmp_path}/overrides.json: a directory, not an overrides file\n"
+
+
+def test_the_cli_file_is_versioned_and_its_digest_is_the_decisions_content(tmp_path):
     path = str(tmp_path / "overrides.json")
-    base = Settings(overrides=path).fingerprint()
-    assert "overrides" not in base  # no file: the release id is what it was before overrides existed
+    assert ov.load(path).digest() is None  # no file: the release id is what it was before overrides existed
     ov.add(path, "not_leak", ["visualprm:a.png"], reason="public diagram", by="ana")
-    first = Settings(overrides=path).fingerprint()["overrides"]
+    first = ov.load(path).digest()
     again = ov.add(path, "not_leak", ["visualprm:a.png"], reason="reworded", by="bo")  # same decision replaced
     assert again.revision == 2 and len(again.decisions) == 1 and again.decisions[0].by == "bo"
-    assert Settings(overrides=path).fingerprint()["overrides"] == first  # notes are not content
+    assert ov.load(path).digest() == first  # notes are not content
     ov.add(path, "duplicates", ["visualprm:a.png", "mmrb2:b.png"], by="ana")
-    second = Settings(overrides=path).fingerprint()["overrides"]
+    second = ov.load(path).digest()
     assert second != first
     doc = json.loads((tmp_path / "overrides.json").read_text())
     assert doc["format"] == 1 and doc["revision"] == 3
     assert [d["decision"] for d in doc["decisions"]] == ["not_leak", "duplicates"]
     after = ov.remove(path, 2)
-    assert after.revision == 4 and Settings(overrides=path).fingerprint()["overrides"] == first
+    assert after.revision == 4 and ov.load(path).digest() == first
     with pytest.raises(ov.OverridesError, match="there is no decision 5"):
         ov.remove(path, 5)
+    # The settings never read the file: the digest reaches the release id with the dedupe step's
+    # output, as that step read it (a second read could see another file).
+    assert "overrides" not in Settings(overrides=path).fingerprint()

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests import run_control
-from tests.s3_server import SECRET, Proxy, aws_env, make_bucket, start_moto
+from tests.s3_server import SECRET, Proxy, aws_env, free_port, make_bucket, start_moto
 from warehouse.objectstore import ObjectReleaseStore, Root
 
 CLI = Path(sys.executable).with_name("rewardhouse")
 MANIFEST_PUT = r"/releases/[0-9a-f]{16}/manifest\.json$"
 CURRENT_PUT = r"/releases/CURRENT$"
+# The first request of a publish: the probe of the store's conditional writes, before CURRENT is read.
+PROBE_PUT = r"/\.rewardhouse/probe-"
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +106,22 @@ def test_an_s3_root_runs_end_to_end_and_a_second_machine_reads_it(s3, tmp_path, 
     assert review.returncode == 0 and review.stdout.splitlines()[0] == f"{url}/releases/{rid}/review/index.html"
     assert bucket._keys("team") == keys  # the reader wrote nothing
 
+    # A reader that starts mid-publish: between its first request (CURRENT) and the next, another
+    # release is published. It reads the release CURRENT named when it read it.
+    hold = proxy.hold("GET", CURRENT_PUT)
+    try:
+        late = subprocess.Popen([str(CLI), "sql", "--format", "csv", "select release_id from releases where is_current"],
+                                env=env_for(url, proxy.url, reader), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert hold.arrived.wait(120)
+        other = tmp_path / "other" / "release.duckdb"
+        bucket.download(f"releases/{rid}/release.duckdb", other)
+        bucket.publish("0" * 16, {"release.duckdb": other}, {**manifest, "created_at": "2999-01-01T00:00:00+00:00"})
+    finally:
+        hold.release()
+        proxy.holds.remove(hold)
+    out, err = late.communicate(timeout=120)
+    assert late.returncode == 0 and out.split() == ["release_id", "0" * 16], err
+
 
 @pytest.mark.timeout(600)
 def test_a_publish_killed_mid_publish_leaves_the_previous_release_whole_and_is_swept(s3, tmp_path, monkeypatch):
@@ -145,33 +163,71 @@ def test_a_publish_killed_mid_publish_leaves_the_previous_release_whole_and_is_s
     proxy.holds.remove(hold)
     assert bucket.current() == first and sorted(bucket.releases()) == sorted([first, second])
 
-    # The next run finishes the job.
-    code, out, err = run_control.finish(start(url, proxy.url, builder, "--set", "prm_label_threshold=0.5"), 300)
+    # The next run finishes the job, through an endpoint that fails it twice: the answer to its
+    # swap of CURRENT is lost, and the copy of its staged work after the swap is refused. CURRENT
+    # names its release, so it is published, with one warning.
+    faults = [proxy.fault("PUT", CURRENT_PUT),
+              proxy.fault("PUT", r"/team/(staging|quality)/", status=403, code="AccessDenied", times=None)]
+    try:
+        code, out, err = run_control.finish(start(url, proxy.url, builder, "--set", "prm_label_threshold=0.5"), 300)
+    finally:
+        proxy.faults[:] = [f for f in proxy.faults if f not in faults]
     assert code == 0, err
-    assert bucket.current() == second
+    assert bucket.current() == second and f"release {second}: published" in out
+    warnings = [line for line in err.splitlines() if line.startswith("rewardhouse: warning:")]
+    assert faults[0].hits >= 1 and len(warnings) == 1, err
+    assert warnings[0].startswith(f"rewardhouse: warning: release {second} is current in {url}, but the staged work "
+                                  "and quality results were not copied there")
     assert sql(url, endpoint, reader, "select current_release from _rewardhouse") == [[second]]
     assert sql(url, endpoint, reader, "select count(*) filter (where label = '-') from prm_steps") != negatives
 
 
 @pytest.mark.timeout(600)
-def test_two_runs_racing_to_publish_exactly_one_wins_the_other_says_so_in_one_line(s3, tmp_path, monkeypatch):
+def test_two_runs_from_the_same_current_the_one_that_publishes_second_fails_in_one_line(s3, tmp_path, monkeypatch):
     endpoint, proxy = s3
     url = f"s3://{make_bucket(endpoint, 'race-root')}/team"
-    hold = proxy.hold("PUT", CURRENT_PUT, count=2)  # both have read CURRENT and are about to swap it
-    runs = [start(url, proxy.url, tmp_path / f"builder{i}", "--set", f"prm_label_threshold={t}")
-            for i, t in enumerate((0.3, 0.6))]
+    # Each run has its own way to the bucket, held at its first publish request: both have built
+    # and judged their release on the bucket as they read it (empty) when they started.
+    second_way = Proxy(endpoint)
     try:
-        assert hold.arrived.wait(400)
+        holds = [proxy.hold("PUT", PROBE_PUT), second_way.hold("PUT", PROBE_PUT)]
+        runs = [start(url, way.url, tmp_path / f"builder{i}", "--set", f"prm_label_threshold={t}")
+                for i, (way, t) in enumerate(((proxy, 0.3), (second_way, 0.6)))]
+        try:
+            assert all(hold.arrived.wait(400) for hold in holds), [run_control.finish(run, 5) for run in runs]
+            holds[0].release()
+            first = run_control.finish(runs[0], 300)  # publishes completely
+        finally:
+            for hold in holds:
+                hold.release()
+        second = run_control.finish(runs[1], 300)  # only then starts its publish
     finally:
-        hold.release(forward=True)
-    results = [run_control.finish(run, 300) for run in runs]
-    proxy.holds.remove(hold)
-    codes = sorted(code for code, _, _ in results)
-    assert codes == [0, 1], [r[2][-2000:] for r in results]
-    loser = next(err for code, _, err in results if code == 1)
-    lines = [line for line in loser.splitlines() if "not made current" in line]
-    assert len(lines) == 1 and "run again on the new current" in lines[0] and "Traceback" not in loser
+        proxy.holds[:] = [h for h in proxy.holds if h not in holds]
+        second_way.close()
     bucket = store(url, endpoint, monkeypatch)
-    winner = next(out for code, out, _ in results if code == 0)
-    assert f"release {bucket.current()}: published" in winner
-    assert len(bucket.releases()) == 2  # the loser's release is whole, just not current
+    winner = bucket.current()
+    assert first[0] == 0 and f"release {winner}: published" in first[1], first[2][-2000:]
+    code, _, err = second
+    assert code == 1, err[-2000:]
+    lines = [line for line in err.splitlines() if "not published:" in line]
+    assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert lines[0].endswith(f"not published: {url} moved to {winner} since this run read no release; "
+                             "run again on the new current")
+    assert bucket.releases() == [winner]  # the second release was refused before anything of it was uploaded
+
+
+def test_readers_of_an_unreachable_endpoint_or_a_missing_bucket_get_one_line(s3, tmp_path):
+    endpoint, _ = s3
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    cases = {(url, where, argv): subprocess.Popen([str(CLI), *argv], env=env_for(url, where, tmp_path / "reader"),
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for url, where in (("s3://any-bucket/team", closed), ("s3://no-such-bucket/team", endpoint))
+             for argv in (("releases",), ("sql", "select 1"))}
+    for (url, where, argv), proc in cases.items():
+        out, err = proc.communicate(timeout=120)
+        bucket = url.split("/")[2]
+        why = ("the endpoint does not answer; check AWS_ENDPOINT_URL" if where == closed else
+               f"the bucket {bucket} does not exist there; check the bucket in {url}, AWS_ENDPOINT_URL")
+        assert proc.returncode == 1 and out == "", (argv, err)
+        assert len(err.splitlines()) == 1, (argv, err)
+        assert err.startswith(f"rewardhouse: cannot read {url} (endpoint {where}, bucket {bucket}): {why}"), (argv, err)

@@ -105,7 +105,8 @@ def test_a_shard_that_cannot_be_used_is_a_file_refusal(tmp_path, written):
     out = parse_vlrb([bad, drift, root / sample.RELPATH], ZipLimits(), root=None)
     files = [(r.stage, r.record_key, r.reason.split(":")[0]) for r in out.rejected if r.stage == "file"]
     assert files == [("file", bad.name, "unreadable parquet"),
-                     ("file", drift.name, "parquet lacks column(s) query, response, image, human_ranking")]
+                     ("file", drift.name, "parquet lacks column(s) query, response, image, human_ranking; "
+                                          "columns are id, question")]
     assert out.pairs.num_rows == 96  # the good shard still parses
 
 
@@ -138,3 +139,74 @@ def test_contaminated_pair_copies_a_visualprm_training_image():
     assert (a.width * 11 // 10, a.height * 11 // 10) == (b.width, b.height) or abs(b.width - round(a.width * 1.1)) <= 1
     assert bin((a.phash ^ b.phash) & (2**64 - 1)).count("1") <= 6
     assert json.loads(json.dumps(sample.facts().quarantined))["VLRB_0009"] == "id repeats an earlier row"
+
+
+# ---- whole-shard faults: drift, no rows, every row refused --------------------------------------
+
+
+def _swap(table: pa.Table, column: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(column), column, values)
+
+
+DRIFTS = {  # a column's Arrow type moved away from the upstream format -> the reason
+    "ranking as strings": (lambda t: _swap(t, "human_ranking", pa.array(
+        [[str(x) for x in r] if r else r for r in t["human_ranking"].to_pylist()], pa.list_(pa.string()))),
+        "column human_ranking is list<string>, expected list<int>"),
+    "ranking as floats": (lambda t: _swap(t, "human_ranking", t["human_ranking"].cast(pa.list_(pa.float64()))),
+                          "column human_ranking is list<double>, expected list<int>"),
+    "image as plain binary": (lambda t: _swap(t, "image", pa.array(
+        [r["bytes"] if r else None for r in t["image"].to_pylist()], pa.binary())),
+        "column image is binary, expected struct<bytes: binary, path: string>"),
+    "response as one string": (lambda t: _swap(t, "response", pa.array(
+        [" / ".join(r) for r in t["response"].to_pylist()], pa.string())),
+        "column response is string, expected list<string>"),
+    "id as integers": (lambda t: _swap(t, "id", pa.array(range(t.num_rows), pa.int64())),
+                       "column id is int64, expected string"),
+}
+
+
+@pytest.fixture(scope="module")
+def upstream(written) -> pa.Table:
+    root, _ = written
+    return pq.read_table(root / sample.RELPATH)
+
+
+def shard(root: Path, table: pa.Table) -> Path:
+    path = root / sample.RELPATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("case", list(DRIFTS))
+def test_a_drifted_shard_is_refused_whole_before_any_row_is_read(tmp_path, upstream, case):
+    drift, reason = DRIFTS[case]
+    out = parse_vlrb([shard(tmp_path, drift(upstream))], ZipLimits(), root=tmp_path)
+    assert [(r.dataset, r.stage, r.record_key, r.reason) for r in out.rejected] == \
+        [("vlrb", "file", sample.RELPATH, f"parquet schema drift: {reason}")]
+    assert out.pairs.num_rows == 0 and out.images.num_rows == 0 and out.hashed == []  # nothing coerced, nothing half-read
+
+
+def test_wider_or_narrower_types_of_the_same_kind_are_not_drift(tmp_path, upstream):
+    same = _swap(_swap(upstream, "id", upstream["id"].cast(pa.large_string())),
+                 "human_ranking", upstream["human_ranking"].cast(pa.list_(pa.int8())))
+    out = parse_vlrb([shard(tmp_path, same)], ZipLimits(), root=tmp_path)
+    assert out.pairs.num_rows == 96 and not [r for r in out.rejected if r.stage == "file"]
+
+
+def test_a_shard_without_rows_is_refused_and_a_good_shard_beside_it_still_parses(tmp_path, written, upstream):
+    root, _ = written
+    empty = shard(tmp_path, upstream.slice(0, 0))
+    out = parse_vlrb([empty, root / sample.RELPATH], ZipLimits())
+    assert [(r.stage, r.record_key, r.reason) for r in out.rejected if r.stage == "file"] == \
+        [("file", empty.name, "holds no rows: nothing to publish")]
+    assert out.pairs.num_rows == 96
+
+
+def test_a_shard_whose_every_row_is_refused_is_refused_whole(tmp_path, upstream):
+    ranks = pa.array([[0, 0]] * upstream.num_rows, pa.list_(pa.int64()))  # the right type, never a permutation
+    out = parse_vlrb([shard(tmp_path, _swap(upstream, "human_ranking", ranks))], ZipLimits(), root=tmp_path)
+    stages = [r.stage for r in out.rejected]
+    assert stages.count("parse") == upstream.num_rows and out.pairs.num_rows == 0
+    assert [(r.stage, r.record_key, r.reason) for r in out.rejected if r.stage == "file"] == \
+        [("file", sample.RELPATH, "nothing usable: all of its rows (101) were refused, each with its own quarantine row")]

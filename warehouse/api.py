@@ -44,7 +44,8 @@ def tables(release: str | None = None, home: str | Path | None = None) -> list[s
 def load(table: str, release: str | None = None, home: str | Path | None = None):
     """`table` of `release` (default: the current release) as a polars LazyFrame. `home` (or
     REWARDHOUSE_HOME) may be an object-store root, `s3://bucket/prefix`: the Parquet file is then
-    scanned in place, by range, with the AWS_* settings of the environment."""
+    scanned in place, by range, with the AWS_* settings of the environment (a bucket that cannot
+    be read: `warehouse.objectstore.ObjectStoreError`, one line naming the endpoint and bucket)."""
     import polars as pl
 
     root = str(home) if home is not None else (env.home() or "")
@@ -68,6 +69,9 @@ def _load_remote(table: str, release: str | None, url: str):
     if rid is None:
         raise LookupError(f"no current release under {root}; publish one first")
     manifest = store.manifest(rid)
+    if manifest is None and release is None:  # CURRENT named a release not readable yet: read both once more
+        rid = store.current() or rid
+        manifest = store.manifest(rid)
     if manifest is None:
         raise LookupError(f"no release {rid!r} under {root}; releases: {', '.join(store.releases()) or 'none'}")
     tables = manifest.get("tables", {})

@@ -8,10 +8,12 @@ directory and even after the data root moves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection
 
@@ -44,17 +46,128 @@ _SESSION_MACROS = (
 )
 
 
-def connect_readonly(db_path: Path) -> duckdb.DuckDBPyConnection:
+def connect_readonly(db_path: Path, limits: SessionLimits | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only session on the warehouse, with the reader conveniences above, that can touch no
     other file (no COPY … TO, ATTACH, read_csv, extension install) and cannot be talked out of it:
     DuckDB's external access is off and its configuration locked."""
-    return lock_session(duckdb.connect(str(db_path), read_only=True))
+    return lock_session(duckdb.connect(str(db_path), read_only=True), limits)
 
 
-def lock_session(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Add the reader conveniences, then shut the session off from every other file for good."""
+SPILL_PREFIX = "rewardhouse-sql-"
+
+
+@contextlib.contextmanager
+def spill_folder(base: Path):
+    """A reader's own folder for DuckDB to spill to, under `base`, removed on the way out. The
+    reader holds a lock file in it, so a folder left by a killed reader (its lock dropped by the
+    kernel) is removed by the next reader instead of piling up."""
+    import fcntl
+    import tempfile
+    import time
+
+    base.mkdir(parents=True, exist_ok=True)
+    for old in base.glob(SPILL_PREFIX + "*"):
+        try:
+            fd = os.open(old / ".lock", os.O_RDWR)  # never created here: only its reader makes it
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:  # not locked yet: a reader starting now, unless it is old
+            try:
+                if time.time() - old.stat().st_mtime < 60:
+                    continue
+            except OSError:  # gone already
+                continue
+        except OSError:  # held: a reader at work
+            continue
+        shutil.rmtree(old, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=base))
+    lock = open(folder / ".lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield folder
+    finally:
+        lock.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class QueryStopped(Exception):
+    """A reader's query was interrupted: `reason` is "timeout" or "interrupt"."""
+
+    def __init__(self, reason: str, seconds: float):
+        super().__init__(reason)
+        self.reason, self.seconds = reason, seconds
+
+
+def run_query(con: duckdb.DuckDBPyConnection, query: str, timeout: float | None) -> tuple[list[str], list[tuple]] | None:
+    """Run `query` and fetch its rows, interruptibly: DuckDB holds the calling thread until the
+    query ends, so the query runs on a worker thread while this one waits, and a timeout or Ctrl-C
+    (KeyboardInterrupt here) interrupts DuckDB, which stops at its next vector. Returns (columns,
+    rows), or None for a statement without a result; QueryStopped when interrupted."""
+    import threading
+    import time
+
+    done: dict = {}
+    # Waiting on an Event, not Thread.join: a join cut short by KeyboardInterrupt takes the thread
+    # for ended while it still runs inside DuckDB.
+    finished = threading.Event()
+
+    def work() -> None:
+        rel = None
+        try:
+            rel = con.sql(query)
+            done["result"] = None if rel is None else (rel.columns, rel.fetchall())
+        except BaseException as exc:  # handed to the waiting thread, raised there
+            # Without its traceback: a frame holding the relation keeps the connection busy.
+            done["error"] = exc.with_traceback(None)
+        finally:
+            del rel
+            finished.set()
+
+    started = time.monotonic()
+    threading.Thread(target=work, name="rewardhouse-sql", daemon=True).start()
+    reason = None
+    try:
+        while not finished.is_set():
+            left = None if timeout is None else timeout - (time.monotonic() - started)
+            if left is not None and left <= 0:
+                reason = "timeout"
+                break
+            finished.wait(0.2 if left is None else min(0.2, left))
+    except KeyboardInterrupt:
+        reason = "interrupt"
+    if reason is not None:
+        con.interrupt()  # DuckDB stops at its next vector; again if the query had not begun yet
+        while not finished.wait(0.5):
+            con.interrupt()
+        if "result" not in done:  # else it ended just as it was stopped: the rows are whole
+            raise QueryStopped(reason, time.monotonic() - started)
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What one reader's session may take: DuckDB's memory limit (`4GB`, `25%`), where it spills
+    (a folder outside the data root, so a reader never fills the disk a publish needs) and how much
+    it may spill there."""
+
+    memory_limit: str
+    temp_directory: Path
+    max_temp_size: str
+
+
+def lock_session(con: duckdb.DuckDBPyConnection, limits: SessionLimits | None = None) -> duckdb.DuckDBPyConnection:
+    """Add the reader conveniences and the session's limits, then shut the session off from every
+    other file for good (the limits are part of the locked configuration)."""
     for statement in _SESSION_MACROS:
         con.execute(statement)
+    if limits is not None:
+        con.execute(f"set memory_limit = {_sql_str(limits.memory_limit)}")
+        con.execute(f"set temp_directory = {_sql_str(str(limits.temp_directory))}")
+        con.execute(f"set max_temp_directory_size = {_sql_str(limits.max_temp_size)}")
     con.execute("set enable_external_access = false")
     con.execute("set lock_configuration = true")
     return con

@@ -7,8 +7,12 @@ A bucket has no rename, so a release is made visible by two conditional writes:
 2. its manifest last, with a create-only put (`If-None-Match: *`): a release without a manifest
    does not exist for readers, and a manifest is never overwritten;
 3. `CURRENT` replaced by compare-and-swap (`If-Match` on the ETag read before, or create-only when
-   there is none yet): of two publishers racing from the same current release exactly one wins,
-   the other gets `PublishConflict` naming the release that won.
+   there is none yet). A publisher names the release it built on (`expect_current`): when CURRENT
+   no longer names it, whether another publisher moved it long before or in the same instant, it
+   gets `PublishConflict` naming the release that won.
+
+The outcome of a publish is what CURRENT says after the swap: a swap whose answer was lost is
+read back, and counts as done when CURRENT names the release.
 
 A publish killed at any moment leaves the previous release current and complete; its objects
 without a manifest are leftovers that `sweep` removes. A store that ignores conditional writes
@@ -16,7 +20,9 @@ cannot give these guarantees: `check_conditional_writes` finds out once and refu
 
 Configured by the standard AWS variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
 `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`); credentials are passed to the client and nowhere else.
-Needs the `scale` extra (obstore).
+Every failure of the client leaves this module as an `ObjectStoreError` of one line naming the
+endpoint, the bucket and what to check (`pipeline.sources.objects.store_error`). Needs the
+`scale` extra (obstore).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pipeline import env
-from pipeline.sources.objects import client_config
+from pipeline.sources.objects import ObjectStoreError, client_config, client_errors
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
@@ -41,16 +47,16 @@ UPLOAD_THREADS = 16
 LEFTOVER_GRACE_SECONDS = 3600.0
 
 
-class ObjectStoreError(RuntimeError):
-    """The object store refused or failed an operation; the message says which and what to do."""
-
-
 class UnsupportedStore(ObjectStoreError):
     """The store accepts conditional writes but does not honour them."""
 
 
 class PublishConflict(ObjectStoreError):
     """Another publisher changed CURRENT (or wrote the manifest) first."""
+
+
+class PublishOutcomeUnknown(ObjectStoreError):
+    """The swap of CURRENT got no answer and CURRENT could not be read back."""
 
 
 @dataclass(frozen=True)
@@ -98,24 +104,33 @@ class ObjectReleaseStore:
 
     def __init__(self, root: Root, store=None):
         self.root = root
-        self.store = store if store is not None else open_store(root)
+        with client_errors(str(root), root.bucket, "cannot set up the S3 client for"):
+            self.store = store if store is not None else open_store(root)
         self._checked = False
 
     # --- primitives --------------------------------------------------------------------------------
+    def _failing(self, doing: str):
+        """A failure of the client in the block: one line naming the endpoint and the bucket."""
+        return client_errors(str(self.root), self.root.bucket, doing)
+
     def _get(self, key: str) -> tuple[bytes, str] | None:
         import obstore
         from obstore.exceptions import NotFoundError
 
-        try:
-            result = obstore.get(self.store, key)
-        except (NotFoundError, FileNotFoundError):
-            return None
-        return bytes(result.bytes()), result.meta["e_tag"]
+        with self._failing("cannot read"):
+            try:
+                result = obstore.get(self.store, key)
+            except (NotFoundError, FileNotFoundError) as exc:
+                if "NoSuchBucket" in str(exc):  # not an absent object: the whole root is missing
+                    raise
+                return None
+            return bytes(result.bytes()), result.meta["e_tag"]
 
     def _put(self, key: str, data: bytes, mode=None) -> str:
         import obstore
 
-        return obstore.put(self.store, key, data, mode=mode)["e_tag"]
+        with self._failing("cannot write to"):
+            return obstore.put(self.store, key, data, mode=mode)["e_tag"]
 
     def _create(self, key: str, data: bytes) -> str | None:
         """Create-only put: the new ETag, or None when the key exists."""
@@ -141,7 +156,8 @@ class ObjectReleaseStore:
     def _metas(self, prefix: str) -> list[dict]:
         import obstore
 
-        return [meta for batch in obstore.list(self.store, prefix=prefix + "/") for meta in batch]
+        with self._failing("cannot list"):
+            return [meta for batch in obstore.list(self.store, prefix=prefix + "/") for meta in batch]
 
     def upload(self, files: dict[str, Path], prefix: str) -> int:
         """Put local files under `prefix` (relative key → file), streamed and several at a time;
@@ -153,7 +169,7 @@ class ObjectReleaseStore:
             obstore.put(self.store, self.root.key(prefix, rel), Path(path))
             return Path(path).stat().st_size
 
-        with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+        with self._failing("cannot write to"), ThreadPoolExecutor(UPLOAD_THREADS) as pool:
             return sum(pool.map(put, sorted(files.items())))
 
     def mirror(self, folder: Path, prefix: str) -> int:
@@ -179,7 +195,7 @@ class ObjectReleaseStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
         try:
-            with open(tmp, "wb") as out:
+            with open(tmp, "wb") as out, self._failing(f"cannot read {key} from"):
                 for chunk in obstore.get(self.store, self.root.key(key)):
                     out.write(chunk)
             tmp.replace(target)
@@ -220,34 +236,67 @@ class ObjectReleaseStore:
         suffix = "/" + MANIFEST
         return sorted(k.split("/")[-2] for k in self._keys(self.root.key("releases")) if k.endswith(suffix))
 
+    def current_and_releases(self) -> tuple[str | None, list[str]]:
+        """CURRENT, then the published releases, in that order: a manifest is written before CURRENT
+        names its release, so a listing taken after reading CURRENT holds that release, even when a
+        publish moves CURRENT in between. A listing that still lacks it (a store whose listings lag)
+        is read once more with CURRENT; then ObjectStoreError."""
+        for _ in range(2):
+            current = self.current()
+            ids = self.releases()
+            if current is None or current in ids:
+                return current, ids
+        raise ObjectStoreError(f"{self.root}: CURRENT names release {current}, which has no manifest there "
+                               f"(releases: {', '.join(ids) or 'none'}); try again, and if it stays so, check "
+                               f"{self.root.key('releases', CURRENT)}")
+
     def publish(self, release_id: str, files: dict[str, Path], manifest: dict, *, expect_current: str | None = ...) -> bool:
         """Write the release's objects, then its manifest (create-only), then move CURRENT to it by
-        compare-and-swap. `expect_current` is the release the caller built on (default: whatever is
-        current when the publish starts); if CURRENT moved meanwhile, PublishConflict. Returns False
-        when the release was already published and current (nothing to do)."""
+        compare-and-swap. `expect_current` is the release the caller built on (None: the bucket had
+        none; default: whatever is current when the publish starts); when CURRENT no longer names it,
+        PublishConflict. Returns False when the release is already current (nothing to do, whatever
+        it was built on). The outcome is what CURRENT says after the swap (`_settle`)."""
         self.check_conditional_writes()
         current_key = self.root.key("releases", CURRENT)
         before = self._get(current_key)
         seen = before[0].decode().strip() if before else None
-        if expect_current is not ...:
-            if seen != expect_current:
-                raise PublishConflict(f"release {release_id} not published: {self.root} moved to {seen} "
-                                      f"since this run read {expect_current}; run again on the new current")
         if seen == release_id:
             return False
+        built_on = seen if expect_current is ... else expect_current
+        if seen != built_on:  # another publisher moved it since the run read it: nothing is uploaded
+            raise PublishConflict(self._moved(release_id, seen, built_on))
         self.upload(files, f"releases/{release_id}")
         body = json.dumps({**manifest, "release_id": release_id}, indent=2, sort_keys=True).encode()
         if self._create(self.root.key("releases", release_id, MANIFEST), body) is None:
             existing = self.manifest(release_id) or {}
             if existing.get("files_sha256") != manifest.get("files_sha256"):
                 raise PublishConflict(f"release {release_id} already has a different manifest in {self.root}")
-        swapped = (self._create(current_key, release_id.encode()) if before is None
-                   else self._swap(current_key, release_id.encode(), before[1]))
-        if swapped is None:
+        try:
+            swapped = (self._create(current_key, release_id.encode()) if before is None
+                       else self._swap(current_key, release_id.encode(), before[1]))
+        except ObjectStoreError as exc:
+            return self._settle(release_id, built_on, exc)
+        return True if swapped is not None else self._settle(release_id, built_on, None)
+
+    def _settle(self, release_id: str, built_on: str | None, failure: ObjectStoreError | None) -> bool:
+        """A swap that was refused (`failure` None) or got no answer: CURRENT decides. The store may
+        have applied a swap whose answer was lost (and the client's retry of it then refused as
+        stale), so CURRENT naming this release means it was published."""
+        try:
             now = self.current()
-            raise PublishConflict(f"release {release_id} not made current: another publisher moved "
-                                  f"{self.root} to {now} first; run again on the new current")
-        return True
+        except ObjectStoreError as exc:
+            raise PublishOutcomeUnknown(
+                f"release {release_id}: whether it was made current is unknown (the swap of CURRENT in {self.root} got "
+                f"no clear answer, and reading CURRENT back failed: {exc}); check with `rewardhouse releases`") from None
+        if now == release_id:
+            return True
+        if failure is not None and now == built_on:  # the swap did not happen: a failed publish, not a lost race
+            raise failure
+        raise PublishConflict(self._moved(release_id, now, built_on))
+
+    def _moved(self, release_id: str, now: str | None, built_on: str | None) -> str:
+        return (f"release {release_id} not published: {self.root} moved to {now or 'no release'} since this run "
+                f"read {built_on or 'no release'}; run again on the new current")
 
     def sweep(self, min_age: float = LEFTOVER_GRACE_SECONDS) -> list[str]:
         """Remove the objects of releases that never got a manifest (killed publishes), except the
@@ -271,5 +320,6 @@ class ObjectReleaseStore:
     def _delete(self, keys: list[str]) -> None:
         import obstore
 
-        for start in range(0, len(keys), 1000):
-            obstore.delete(self.store, keys[start:start + 1000])
+        with self._failing("cannot delete from"):
+            for start in range(0, len(keys), 1000):
+                obstore.delete(self.store, keys[start:start + 1000])

@@ -4,8 +4,9 @@ build and the object store.
 A run works in the root's local scratch folder exactly as on a local root, then `publish_remote`
 puts the release in the bucket (objects, then the manifest create-only, then CURRENT by
 compare-and-swap; see warehouse/objectstore.py) together with a DuckDB file of the release, and
-copies the staged work and the quality results beside it. `hydrate` brings the bucket's current
-release into the scratch store first, so the drift checks compare with what the bucket serves.
+copies the staged work and the quality results beside it. `hydrate` reads the bucket's CURRENT
+once per run and brings that release into the scratch store, so the drift checks compare with what
+the bucket serves; the publish then moves CURRENT only if it still names that release.
 Readers (`rewardhouse sql`, `releases`, `warehouse.load`) need only the URL and credentials:
 `connect_remote` attaches the release's DuckDB file read-only over a filesystem registered on the
 connection, which fetches by range only the blocks a query reads.
@@ -47,29 +48,43 @@ def content_digest(manifest: Manifest) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def publish_remote(layout: Layout, release_id: str, say: Callable[[str], None] = print) -> bool:
-    """Put the scratch store's release `release_id` in the bucket and make it current there;
-    False when it already was. Then sweep old leftovers of killed publishes and copy the staged
-    work and quality results. PublishConflict when another publisher moved CURRENT first; any
-    other failure of the store is an ObjectStoreError of one line."""
-    from obstore.exceptions import BaseError
+@dataclasses.dataclass(frozen=True)
+class RemotePublish:
+    """What a publish to the bucket did: `published` False when the release already was current;
+    `warning` when the release is current but the work kept beside it could not be copied."""
 
-    try:
-        return _publish_remote(layout, release_id, say)
-    except BaseError as exc:
-        raise ObjectStoreError(f"could not publish release {release_id} to {layout.remote}: "
-                               f"{type(exc).__name__}: {_first_line(exc)}") from None
+    published: bool
+    warning: str | None = None
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:300]
-
-
-def _publish_remote(layout: Layout, release_id: str, say: Callable[[str], None]) -> bool:
-    from warehouse.duck import write_release_database
-
+def publish_remote(layout: Layout, release_id: str, built_on: str | None,
+                   say: Callable[[str], None] = print) -> RemotePublish:
+    """Put the scratch store's release `release_id` in the bucket and make it current there, if
+    CURRENT still names `built_on`, the release the run read when it started (None: the bucket had
+    none). Then sweep old leftovers of killed publishes and copy the staged work and quality results:
+    the release is current by then, so a failure there is a warning, not a failed publish.
+    PublishConflict when another publisher moved CURRENT since the run read it;
+    PublishOutcomeUnknown when the swap got no answer and CURRENT cannot be read back; any other
+    failure of the store is an ObjectStoreError of one line."""
     assert layout.remote is not None
     store = _store(layout.remote)
+    published = _publish_remote(layout, store, release_id, say, built_on)
+    try:
+        swept = store.sweep()
+        if swept:
+            say(f"swept leftovers of killed publishes from {layout.remote}: {', '.join(swept)}")
+        copied = store.mirror(layout.staging, "staging") + store.mirror(layout.root / "quality", "quality")
+    except (ObjectStoreError, OSError) as exc:
+        return RemotePublish(published, f"release {release_id} is current in {layout.remote}, but the staged work and "
+                                        f"quality results were not copied there ({exc}); the next run copies them")
+    say(f"staged work and quality results kept in {layout.remote} ({copied} new files)")
+    return RemotePublish(published)
+
+
+def _publish_remote(layout: Layout, store: ObjectReleaseStore, release_id: str, say: Callable[[str], None],
+                    built_on: str | None) -> bool:
+    from warehouse.duck import write_release_database
+
     local = ReleaseStore(layout.releases)
     folder = local.path(release_id)
     manifest = local.manifest(release_id)
@@ -92,23 +107,19 @@ def _publish_remote(layout: Layout, release_id: str, say: Callable[[str], None])
                 files[rel] = moved
                 body["files"] = {**body["files"], rel: {"sha256": sha256_file(moved), "bytes": moved.stat().st_size}}
         size = sum(p.stat().st_size for p in files.values())
-        published = store.publish(release_id, files, body)
+        published = store.publish(release_id, files, body, expect_current=built_on)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     say(f"release {release_id} {'published to' if published else 'already current in'} {layout.remote} "
         f"({len(files)} objects, {size / 1e6:.1f} MB)")
-    swept = store.sweep()
-    if swept:
-        say(f"swept leftovers of killed publishes from {layout.remote}: {', '.join(swept)}")
-    copied = store.mirror(layout.staging, "staging") + store.mirror(layout.root / "quality", "quality")
-    say(f"staged work and quality results kept in {layout.remote} ({copied} new files)")
     return published
 
 
 def hydrate(layout: Layout) -> str | None:
-    """Make the bucket's current release known to the scratch store (its tables and manifest, not
-    its exported images), so checks that compare with the previous release see the one the bucket
-    serves; returns its id, or None when the bucket has none."""
+    """Read the bucket's CURRENT and make that release known to the scratch store (its tables and
+    manifest, not its exported images), so checks that compare with the previous release see the
+    one the bucket serves; returns its id (the release the run builds on, to be handed to
+    `publish_remote`), or None when the bucket has none. Called once per run."""
     from warehouse.duck import publish_release, sync_warehouse
 
     assert layout.remote is not None
@@ -137,10 +148,13 @@ def hydrate(layout: Layout) -> str | None:
 
 
 def manifests(remote: str) -> tuple[list[Manifest], str | None]:
-    """The bucket's releases, newest first, and the current one's id."""
+    """The bucket's releases, newest first, and the current one's id (read first: see
+    `ObjectReleaseStore.current_and_releases`). ObjectStoreError of one line when the bucket
+    cannot be read."""
     store = _store(remote)
-    found = [to_manifest(body) for rid in store.releases() if (body := store.manifest(rid))]
-    return sorted(found, key=lambda m: (m.created_at, m.release_id), reverse=True), store.current()
+    current, ids = store.current_and_releases()
+    found = [to_manifest(body) for rid in ids if (body := store.manifest(rid))]
+    return sorted(found, key=lambda m: (m.created_at, m.release_id), reverse=True), current
 
 
 def sweep(remote: str, min_age: float) -> list[str]:
@@ -187,7 +201,8 @@ class _BucketFS:
 def connect_remote(remote: str, release: str | None = None):
     """A read-only DuckDB session on a bucket's release (default: its current one): the release's
     DuckDB file attached read-only and made the default, `releases` listing the bucket's releases.
-    Returns (connection, release id). LookupError when there is no such release."""
+    Returns (connection, release id). LookupError when there is no such release; ObjectStoreError
+    (one line) when the bucket cannot be read."""
     import duckdb
 
     root = Root.parse(remote)
@@ -200,7 +215,12 @@ def connect_remote(remote: str, release: str | None = None):
     con = duckdb.connect()
     con.register_filesystem(_BucketFS.make())
     url = f"{FS_PROTOCOL}://{root.bucket}/{root.key('releases', rid, DATABASE)}"
-    con.execute(f"attach '{url.replace(chr(39), chr(39) * 2)}' as release (read_only)")
+    try:
+        con.execute(f"attach '{url.replace(chr(39), chr(39) * 2)}' as release (read_only)")
+    except duckdb.Error as exc:
+        con.close()
+        raise ObjectStoreError(f"cannot open release {rid} in {remote} ({root.key('releases', rid, DATABASE)}): "
+                               f"{(str(exc).strip().splitlines() or [''])[0][:300]}") from None
     con.execute("use release")
     con.execute("create temp table releases (release_id varchar, created_at timestamptz, is_current boolean, "
                 "code_version varchar, row_counts json)")

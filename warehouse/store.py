@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from pipeline.liveness import Busy, Holder, read_holder
 from pipeline.checksums import sha256_file
 from pipeline.stopping import stop_point
+from pipeline.unwritable import notice
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
@@ -52,7 +53,9 @@ class PublishError(OSError):
 
 
 def write_failure(what: str, exc: BaseException) -> PublishError:
-    """`what` failed because of `exc`, in one line: the reason and the path it happened on."""
+    """`what` failed because of `exc`, in one line: the reason and the path it happened on. A full
+    disk or an unwritable folder is told to the run's watchers too (`pipeline.unwritable`)."""
+    notice(exc)
     if isinstance(exc, OSError) and exc.strerror:
         files = [str(f) for f in (exc.filename, exc.filename2) if f]
         reason = exc.strerror + (f" ({' -> '.join(files)})" if files else "")

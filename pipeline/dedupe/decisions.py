@@ -182,24 +182,27 @@ OVERRIDES_APPLIED_SCHEMA = pa.schema([
 
 
 class _Names:
-    """Resolve `<dataset>:<image_key>` / `sha256:<hex>` names against image rows."""
+    """Resolve `<dataset>:<image_key>` / `sha256:<hex>` names against image rows (by dictionary:
+    a file may hold hundreds of thousands of names)."""
 
     def __init__(self, rows: pa.Table):
-        self.dataset, self.key, self.sha = (rows[c].to_pylist() for c in ("dataset", "image_key", "sha256"))
-        self.by_name = {(d, k): s for d, k, s in zip(self.dataset, self.key, self.sha)}
-        self.shas = set(self.sha)
+        dataset, key, sha = (rows[c].to_pylist() for c in ("dataset", "image_key", "sha256"))
+        self.by_name = dict(zip(zip(dataset, key), sha))
+        self.by_sha: dict[str, list[tuple[str, str]]] = {}
+        for name, s in zip(zip(dataset, key), sha):
+            self.by_sha.setdefault(s, []).append(name)
 
     def sha_of(self, ref: str) -> str | None:
         head, _, rest = ref.partition(":")
         if head == "sha256":
-            return rest.lower() if rest.lower() in self.shas else None
+            return rest.lower() if rest.lower() in self.by_sha else None
         return self.by_name.get((head, rest))
 
-    def rows_of(self, ref: str) -> set[tuple[str, str]]:
+    def rows_of(self, ref: str) -> list[tuple[str, str]]:
         head, _, rest = ref.partition(":")
         if head == "sha256":
-            return {(d, k) for d, k, s in zip(self.dataset, self.key, self.sha) if s == rest.lower()}
-        return {(head, rest)} if (head, rest) in self.by_name else set()
+            return self.by_sha.get(rest.lower(), [])
+        return [(head, rest)] if (head, rest) in self.by_name else []
 
 
 def forced_pairs(overrides, rows: pa.Table) -> tuple[Forced, dict[int, str]]:
@@ -210,33 +213,36 @@ def forced_pairs(overrides, rows: pa.Table) -> tuple[Forced, dict[int, str]]:
     for i, d in enumerate(overrides.decisions):
         if d.decision == "not_leak":
             continue
-        shas = [names.sha_of(r) for r in d.images]
-        if None in shas:
-            missing = [r for r, s in zip(d.images, shas) if s is None]
-            notes[i] = f"not applied: no hashed image named {missing[0]} in this release"
+        x, y = names.sha_of(d.images[0]), names.sha_of(d.images[1])
+        if x is None or y is None:
+            notes[i] = f"not applied: no hashed image named {d.images[0] if x is None else d.images[1]} in this release"
             continue
-        (separate if d.decision == "not_duplicates" else join).append((*shas, i))
+        (separate if d.decision == "not_duplicates" else join).append((x, y, i))
     return Forced(tuple(separate), tuple(join)), notes
 
 
 def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
-    """Drop the contamination rows reviewers marked not a leak: (kept rows, effect by decision index)."""
+    """Drop the contamination rows reviewers marked not a leak: (kept rows, effect by decision
+    index). Each decision looks up its train image's rows, never scans them all."""
     names = _Names(rows)
-    train = list(zip(contamination["train_dataset"].to_pylist(), contamination["train_image_key"].to_pylist()))
+    train = zip(contamination["train_dataset"].to_pylist(), contamination["train_image_key"].to_pylist())
     evals = list(zip(contamination["eval_dataset"].to_pylist(), contamination["eval_image_key"].to_pylist()))
+    rows_of_train: dict[tuple[str, str], list[int]] = {}
+    for row, name in enumerate(train):
+        rows_of_train.setdefault(name, []).append(row)
     keep = np.ones(contamination.num_rows, bool)
     effects = {}
     for i, d in enumerate(overrides.decisions):
         if d.decision != "not_leak":
             continue
         t = names.rows_of(d.images[0])
-        e = names.rows_of(d.images[1]) if len(d.images) > 1 else None
+        e = set(names.rows_of(d.images[1])) if len(d.images) > 1 else None
         if not t or (e is not None and not e):
             effects[i] = f"not applied: no hashed image named {d.images[0] if not t else d.images[1]} in this release"
             continue
-        hit = np.array([tr in t and (e is None or ev in e) for tr, ev in zip(train, evals)], bool)
-        n = int((hit & keep).sum())
-        keep &= ~hit
+        hit = [r for name in t for r in rows_of_train.get(name, ()) if e is None or evals[r] in e]
+        n = int(keep[hit].sum())
+        keep[hit] = False
         effects[i] = (f"applied: removed {n} contamination row{'s' * (n != 1)}" if n else
                       "applied: no contamination row matched (nothing to remove)")
     return contamination.filter(pa.array(keep)), effects
@@ -244,13 +250,20 @@ def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[
 
 def overrides_table(overrides, *effects: dict) -> pa.Table:
     """One row per decision of the file: what it did to this release (`effects`: by decision
-    index, from each place a decision is applied)."""
-    rows = []
-    for i, d in enumerate(overrides.decisions):
-        effect = next((e[i] for e in effects if e and i in e), "applied")
-        rows.append({"number": i + 1, "decision": d.decision, "images": " | ".join(d.images), "reason": d.reason,
-                     "by": d.by, "at": d.at, "applied": effect.startswith("applied"), "effect": effect})
-    return pa.Table.from_pylist(rows, schema=OVERRIDES_APPLIED_SCHEMA)
+    index, from each place a decision is applied; the first that names a decision wins)."""
+    effect_of: dict = {}
+    for found in reversed([e for e in effects if e]):
+        effect_of.update(found)
+    decisions = overrides.decisions
+    effect = [effect_of.get(i, "applied") for i in range(len(decisions))]
+    return pa.table({
+        "number": pa.array(range(1, len(decisions) + 1), pa.int32()),
+        "decision": [d.decision for d in decisions],
+        "images": [" | ".join(d.images) for d in decisions],
+        "reason": [d.reason for d in decisions], "by": [d.by for d in decisions], "at": [d.at for d in decisions],
+        "applied": [e.startswith("applied") for e in effect],
+        "effect": effect,
+    }, schema=OVERRIDES_APPLIED_SCHEMA)
 
 
 def clusters_table(signatures: pa.Table, result: Dedupe) -> pa.Table:

@@ -312,9 +312,11 @@ def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, a
            phash: np.ndarray) -> tuple[Pairs, frozenset, dict]:
     """Apply `forced` to verified candidate pairs: (pairs, separate node pairs, the effect of each
     decision by its tag)."""
+    node_of = {sha: i for i, sha in enumerate(nodes.tolist())}  # one lookup per named image
+
     def node_pair(x: str, y: str) -> tuple[int, int] | None:
-        i, j = (int(np.searchsorted(nodes, v)) for v in (x, y))
-        if i >= len(nodes) or j >= len(nodes) or nodes[i] != x or nodes[j] != y:
+        i, j = node_of.get(x), node_of.get(y)
+        if i is None or j is None:
             return None
         return (min(i, j), max(i, j))
 

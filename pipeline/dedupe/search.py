@@ -57,8 +57,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from pipeline.settings import MAX_DEDUPE_DISTANCE
+
 HASH_BITS = 64
-MAX_RADIUS = 32  # beyond half the bits nothing is a near duplicate, and the search would be quadratic
+MAX_RADIUS = MAX_DEDUPE_DISTANCE  # beyond half the bits nothing is a near duplicate, and the search would be quadratic
 
 # Cost model (see module docstring), in units of one probe.
 CANDIDATE_COST = 0.18

@@ -1,7 +1,9 @@
 """MMRB2 annotation files → pairs, response items and prompt items (plain Python, no Dagster).
 
 The upstream files are `{"pairs": [...]}` with a pair per judgement task; see ../shared/SOURCES.md.
-Anything that does not fit the known shape becomes a Rejection, never an exception.
+Anything that does not fit the known shape becomes a Rejection, never an exception. A file that
+cannot be used is refused whole (stage `file`): unreadable, not that shape, an empty "pairs" list,
+or (`refused_files`, once the record contract has run) not one usable pair.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from pipeline.quarantine import FILE_STAGE, Rejection
+from pipeline.quarantine import FILE_STAGE, Rejection, whole_file_faults
 
 DATASET = "mmrb2"
 SIDES = (("A", "response_a"), ("B", "response_b"))
@@ -78,6 +81,8 @@ class ParsedMMRB2:
     items: list[dict] = field(default_factory=list)
     prompt_items: list[dict] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    # (file name, its task or None for the prompt file, entries in its "pairs" list) per file read
+    read: list[tuple[str, str | None, int]] = field(default_factory=list)
 
     def tables(self) -> dict[str, pa.Table]:
         return {
@@ -85,6 +90,15 @@ class ParsedMMRB2:
             "mmrb2_response_items": pa.Table.from_pylist(self.items, schema=ITEMS_SCHEMA),
             "mmrb2_prompt_items": pa.Table.from_pylist(self.prompt_items, schema=PROMPT_ITEMS_SCHEMA),
         }
+
+    def refused_files(self, pairs: pa.Table) -> list[Rejection]:
+        """Stage-`file` rows for the files read that held no pairs or gave none to `pairs` (the
+        mmrb2_pairs table once the record contract has run): a task file is judged by its pairs,
+        the prompt file by the pairs that kept its prompt content."""
+        per_task = {c["values"]: c["counts"] for c in pc.value_counts(pairs["task"]).to_pylist()}
+        with_prompt = pc.sum(pairs["has_prompt_content"]).as_py() or 0
+        counts = [(name, n, per_task.get(task, 0) if task is not None else with_prompt) for name, task, n in self.read]
+        return whole_file_faults(DATASET, counts, "pairs")
 
     def response_images(self) -> set[str]:
         """Images the responses show: every one of them must be in the image zip."""
@@ -96,7 +110,7 @@ class ParsedMMRB2:
         return {i["image_name"] for i in self.prompt_items if i["image_name"] is not None}
 
 
-def _load_pairs(path: Path, out: ParsedMMRB2) -> list | None:
+def _load_pairs(path: Path, out: ParsedMMRB2, task: str | None = None) -> list | None:
     """The "pairs" list of one annotation file; a file that cannot be used is refused whole."""
     try:
         doc = json.loads(path.read_bytes())
@@ -106,6 +120,7 @@ def _load_pairs(path: Path, out: ParsedMMRB2) -> list | None:
     if not isinstance(doc, dict) or not isinstance(doc.get("pairs"), list):
         out.rejected.append(Rejection(DATASET, FILE_STAGE, path.name, 'expected an object with a "pairs" list'))
         return None
+    out.read.append((path.name, task, len(doc["pairs"])))
     return doc["pairs"]
 
 
@@ -174,7 +189,7 @@ def parse_mmrb2(annotation_files: dict[str, Path], new_task_file: Path | None = 
     out = ParsedMMRB2()
     seen: dict[str, str] = {}
     for task, path in annotation_files.items():
-        pairs = _load_pairs(path, out)
+        pairs = _load_pairs(path, out, task)
         for index, pair in enumerate(pairs or []):
             row, items, problem = _parse_pair(pair, task)
             problem = problem or _not_unicode(pair)

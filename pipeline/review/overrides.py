@@ -15,17 +15,21 @@
   verification missed them.
 
 An image is named `<dataset>:<image_key>` (as in `duplicate_clusters`) or `sha256:<hex>` (its
-bytes, whatever the dataset). `revision` counts the edits the CLI made; the decisions' digest is
-part of the release id, so a changed file makes a new release. Plain Python, no Dagster.
+bytes, whatever the dataset). `revision` counts the edits the CLI made. A run reads the file once
+(the dedupe step) and hands the digest of the decisions it applied on to the release id, so a
+changed file makes a new release, from the next run on. Plain Python, no Dagster.
 """
 
 from __future__ import annotations
 
+import gc
 import getpass
 import hashlib
 import json
 import os
+import stat
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +41,11 @@ DECISIONS = ("not_duplicates", "not_leak", "duplicates")
 
 class OverridesError(ValueError):
     """The overrides file cannot be used: the message names the file and the entry."""
+
+
+def unusable_overrides(exc: OverridesError) -> str:
+    """The one line a run stops with, before it starts or in the step that reads the file."""
+    return f"reviewers' overrides cannot be used: {exc}; fix or move the file, then run again"
 
 
 @dataclass(frozen=True)
@@ -78,8 +87,9 @@ class Overrides:
         """What the release id sees: the decisions' content (not their notes, times or revision)."""
         if not self.decisions:
             return None
-        core = sorted([d.decision, *d.images] for d in self.decisions)
-        return hashlib.sha256(json.dumps(core).encode()).hexdigest()[:16]
+        with collector_paused():
+            core = sorted([d.decision, *d.images] for d in self.decisions)
+            return hashlib.sha256(json.dumps(core).encode()).hexdigest()[:16]
 
     def of(self, decision: str) -> list[Decision]:
         return [d for d in self.decisions if d.decision == decision]
@@ -89,50 +99,124 @@ class Overrides:
                            "decisions": [d.to_json() for d in self.decisions]}, indent=2, ensure_ascii=False) + "\n"
 
 
+@contextmanager
+def collector_paused():
+    """Pause Python's cycle collector while a file's worth of small objects is built: none of them
+    form cycles, and the collector would otherwise rescan all of them again and again (more than
+    twice the time of reading a file of 300,000 decisions)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _is_ref(value) -> bool:
-    return isinstance(value, str) and ":" in value and value.split(":", 1)[0] and value.split(":", 1)[1]
+    if not isinstance(value, str):
+        return False
+    colon = value.find(":")
+    return 0 < colon < len(value) - 1
+
+
+def _kind(value) -> str:
+    """A JSON value's kind as the file's author would name it."""
+    return {dict: "an object", list: "a list", str: "text", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def _shown(value) -> str:
+    """A value as an error line quotes it: short and on one line."""
+    text = repr(value) if isinstance(value, (str, int, float)) else ""
+    return text if text and len(text) <= 80 else _kind(value)
+
+
+def _text(entry: dict, name: str, where: str) -> str:
+    value = entry.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise OverridesError(f"{where}: `{name}` must be text, got {_kind(value)}")
+    return value
 
 
 def _decision(entry, where: str) -> Decision:
     if not isinstance(entry, dict):
-        raise OverridesError(f"{where}: a decision is an object, got {type(entry).__name__}")
+        raise OverridesError(f"{where}: a decision is an object, got {_kind(entry)}")
     kind = entry.get("decision")
     if kind not in DECISIONS:
-        raise OverridesError(f"{where}: decision must be one of {', '.join(DECISIONS)} (got {kind!r})")
+        raise OverridesError(f"{where}: `decision` must be one of {', '.join(DECISIONS)} (got {_shown(kind)})")
     if kind == "not_leak":
+        fields = ("train", "eval")
         images = [entry.get("train")] + ([entry["eval"]] if entry.get("eval") is not None else [])
     else:
+        fields = ("images", "images")
         images = entry.get("images")
         if not isinstance(images, list) or len(images) != 2:
             raise OverridesError(f"{where}: {kind} names exactly two images in `images`")
-    bad = [i for i in images if not _is_ref(i)]
-    if bad:
-        raise OverridesError(f"{where}: an image is named <dataset>:<image_key> or sha256:<hex> (got {bad[0]!r})")
+    for field_name, ref in zip(fields, images):
+        if not _is_ref(ref):
+            raise OverridesError(f"{where}: `{field_name}`: an image is named <dataset>:<image_key> or sha256:<hex> "
+                                 f"(got {_shown(ref)})")
     if kind != "not_leak" and images[0] == images[1]:
-        raise OverridesError(f"{where}: {kind} names the same image twice ({images[0]})")
-    return Decision(kind, tuple(images), str(entry.get("reason") or ""), str(entry.get("by") or ""),
-                    str(entry.get("at") or ""))
+        raise OverridesError(f"{where}: {kind} names the same image twice ({_shown(images[0])})")
+    return Decision(kind, tuple(images), _text(entry, "reason", where), _text(entry, "by", where),
+                    _text(entry, "at", where))
 
 
 def parse(text: str, where: str) -> Overrides:
+    with collector_paused():
+        return _parse(text, where)
+
+
+def _parse(text: str, where: str) -> Overrides:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise OverridesError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:  # Python's reader recurses once per level of nesting
+        raise OverridesError(f"{where}: not usable JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. a number with more digits than Python converts
+        raise OverridesError(f"{where}: not usable JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("decisions"), list):
         raise OverridesError(f"{where}: expected {{\"format\": {FORMAT}, \"revision\": N, \"decisions\": [...]}}")
-    decisions = [_decision(e, f"{where} decision {i + 1}") for i, e in enumerate(doc["decisions"])]
-    return Overrides(decisions, int(doc.get("revision") or 0), where)
+    revision = doc.get("revision", 0)
+    if revision is None:
+        revision = 0
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        raise OverridesError(f"{where}: `revision` must be a whole number of 0 or more, got {_shown(revision)}")
+    decisions = [_decision(e, f"{where} decision {i}") for i, e in enumerate(doc["decisions"], 1)]
+    return Overrides(decisions, revision, where)
 
 
 def read_text(path: str) -> str | None:
-    """The file's text, or None when there is none (a local path or an s3:// URL)."""
+    """The file's text, or None when there is none (a local path or an s3:// URL). Something else
+    in its place (a folder, a dangling link) or bytes that are not UTF-8 raise OverridesError:
+    read as "no decisions", they would drop every decision without a word."""
     if path.startswith("s3://"):
         from pipeline.sources.objects import read_object
 
-        return read_object(path)
-    p = Path(path)
-    return p.read_text(encoding="utf-8") if p.is_file() else None
+        data = read_object(path)
+    else:
+        p = Path(path)
+        try:
+            mode = p.stat().st_mode
+        except FileNotFoundError:
+            if p.is_symlink():
+                raise OverridesError(f"{path}: a link to a file that does not exist") from None
+            return None
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise OverridesError(f"{path}: {what}, not an overrides file")
+        data = p.read_bytes()
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise OverridesError(f"{path}: not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
+                             "save it as UTF-8") from None
 
 
 def load(path: str | None) -> Overrides:
@@ -143,7 +227,7 @@ def load(path: str | None) -> Overrides:
     try:
         text = read_text(path)
     except OSError as exc:
-        raise OverridesError(f"{path}: cannot be read ({exc})") from None
+        raise OverridesError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     return Overrides(path=path) if text is None else parse(text, path)
 
 

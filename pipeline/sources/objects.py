@@ -2,13 +2,16 @@
 
 Configured by the standard AWS variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
 `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`), which obstore reads itself: credentials are never copied
-into settings, logs or files.
+into settings, logs or files. A failure of the client becomes one `ObjectStoreError` line naming
+the endpoint, the bucket and what to check (`client_errors`).
 """
 
 from __future__ import annotations
 
 import io
+import re
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +20,66 @@ from pipeline.archives import RandomAccessFile
 
 BLOCK_BYTES = 4 * 1024 * 1024
 CACHED_BLOCKS = 4
+
+
+class ObjectStoreError(RuntimeError):
+    """The object store refused or failed an operation; the message says which and what to do."""
+
+
+def endpoint() -> str:
+    """The endpoint the client talks to, as users set it."""
+    return env.aws_endpoint_url() or f"AWS S3 (region {env.aws_region() or 'from the AWS configuration'})"
+
+
+def is_client_error(exc: BaseException) -> bool:
+    """An error of the S3 client: obstore's BaseError, or its NotFound, which it raises as the
+    builtin FileNotFoundError (told from a local file's by the request it names)."""
+    from obstore.exceptions import BaseError
+
+    return isinstance(exc, BaseError) or (isinstance(exc, FileNotFoundError) and "Error performing" in str(exc))
+
+
+_DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+           "403 Forbidden", "401 Unauthorized")
+_UNREACHABLE = ("error sending request", "connection refused", "timed out", "dns error", "connection reset",
+                "connection closed")
+
+
+def store_error(exc: BaseException, url: str, bucket: str, doing: str) -> ObjectStoreError:
+    """One line for a failure of the S3 client: what failed, the endpoint, the bucket, what to check.
+    The client's own message is several lines with a debug dump; only its gist is kept."""
+    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+
+    text = str(exc)
+    where = f"{doing} {url} (endpoint {endpoint()}, bucket {bucket})"
+    if "NoSuchBucket" in text:
+        why = f"the bucket {bucket} does not exist there; check the bucket in {url}, AWS_ENDPOINT_URL and AWS_REGION"
+    elif isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or any(c in text for c in _DENIED):
+        why = ("access denied; check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the profile) and that they "
+               f"may read and write {url}")
+    elif any(s in text.lower() for s in _UNREACHABLE):
+        why = "the endpoint does not answer; check AWS_ENDPOINT_URL and that the store is up and reachable from here"
+    else:
+        code = re.search(r"<Code>(.*?)</Code>.*?<Message>(.*?)</Message>", text)
+        gist = f"{code[1]}: {code[2]}" if code else (text.strip().splitlines() or [""])[0]
+        why = f"{type(exc).__name__}: {gist[:300]}"
+    return ObjectStoreError(f"{where}: {why}")
+
+
+@contextmanager
+def client_errors(url: str, bucket: str, doing: str):
+    """Turn a failure of the S3 client inside the block into `store_error`'s one line. A refused
+    conditional write (create-only, compare-and-swap) passes through: it is an answer, not a failure."""
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+    try:
+        yield
+    except (ObjectStoreError, AlreadyExistsError, PreconditionError):
+        raise
+    except Exception as exc:
+        if is_client_error(exc):
+            raise store_error(exc, url, bucket, doing) from None
+        raise
 
 
 def is_object_url(path) -> bool:

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from pipeline.contract import (
-    BOOL, FLOAT, INT, LIST, STRING, TableContract, between, greater, in_set, json_text, not_null, null, sha256, unique, where,
+    BOOL, FLOAT, INT, LIST, STRING, FileColumns, TableContract, between, greater, in_set, json_text, not_null, null,
+    sha256, unique, where,
 )
 from pipeline.settings import QualitySettings
 
 MESSAGE_FORMATS = ("internvl", "chat", "raw")
 IMAGE_STATUS = ("ok", "corrupt", "unresolved")
+
+# A mm-eval/VisualPRM400K parquet shard's columns: `messages` is JSON text upstream; the same
+# conversation (or raw object) already stored as structs is read back as JSON text, unchanged.
+# `media` (absent in some forms) is a list of HF images. Any other type is drift: the shard is
+# refused whole rather than its ids cast to text or every row refused.
+SHARD = FileColumns(
+    required={"id": pa.string(), "messages": (pa.string(), pa.list_(pa.struct([])), pa.struct([]))},
+    optional={"media": pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))},
+)
 
 
 def contracts(q: QualitySettings) -> dict[str, TableContract]:

@@ -2,7 +2,10 @@
 
 Two upstream forms: parquet shards (`id`, `media` list<struct<bytes, path>>, `messages`) and
 InternVL jsonl (`{"id": -1, "image": ..., "conversations": [...]}`, one file per origin dataset).
-A file that cannot be read at all becomes a quarantine row (stage `read`), never a crash.
+A file that cannot be read at all, or a shard whose columns drifted from the upstream format
+(contract.SHARD), becomes a quarantine row (stage `file`), never a crash. Beside `prm_input` each
+reader leaves `prm_input_files` (file_no, name, records): what each file read whole held, so
+`refused_files` can name a file that held nothing or gave no sample.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.quarantine import FILE_STAGE, Rejection, utf8_text
+from pipeline.quarantine import FILE_STAGE, Rejection, utf8_text, whole_file_faults
+from pipeline.visualprm.contract import SHARD
 
 DATASET = "visualprm"
 
@@ -41,37 +45,31 @@ def parquet_problem(path: Path) -> str | None:
         schema = pq.read_schema(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         return f"unreadable parquet: {exc}"
-    names = set(schema.names)
-    missing = [c for c in ("id", "messages") if c not in names]
-    if missing:
-        return f"parquet lacks column(s) {', '.join(missing)}; columns are {', '.join(schema.names)}"
-    if "media" in names:
-        media = schema.field("media").type
-        item = media.value_type if pa.types.is_list(media) or pa.types.is_large_list(media) else None
-        fields = {f.name: f.type for f in item} if item is not None and pa.types.is_struct(item) else {}
-        if not (_is_kind(fields.get("bytes"), pa.types.is_binary, pa.types.is_large_binary)
-                and _is_kind(fields.get("path"), pa.types.is_string, pa.types.is_large_string)):
-            return f"media column is {media}, expected a list of {{bytes: binary, path: string}} structs"
-    return None
+    problem = SHARD.problem(schema)
+    return f"parquet {problem}" if problem else None
 
 
-def _is_kind(t: pa.DataType | None, *tests) -> bool:
-    return t is not None and (pa.types.is_null(t) or any(test(t) for test in tests))
+def _files_table(con: duckdb.DuckDBPyConnection, counts: list[tuple[int, str, int]]) -> None:
+    con.execute("create or replace temp table prm_input_files (file_no integer, name varchar, records bigint)")
+    if counts:
+        con.executemany("insert into prm_input_files values (?, ?, ?)", counts)
 
 
 def load_parquet_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[Rejection]:
     """Create `prm_input` from parquet shards, streaming (DuckDB reads them; nothing is held in Python).
 
-    Each shard is read on its own and cast to the input shape, so a shard whose columns drifted
-    (another type for `id` or `messages`, no `media`) cannot break the others, and one DuckDB
-    cannot read is refused (stage `file`) whole. An image reference is its path, or
+    Each shard's schema is checked against contract.SHARD first, so a shard whose columns drifted
+    (an `id` that is no longer text, a `messages` or `media` of another type) is refused (stage
+    `file`) whole and no id is ever cast; the others are read one by one (one without `media` too),
+    and one DuckDB cannot read is refused whole too. An image reference is its path, or
     `sha256:<hex>` of the embedded bytes when the path is empty."""
-    rejected = []
+    rejected, counts = [], []
     con.execute(
         """create or replace temp table prm_shard_rows (sample_id varchar, source_hint varchar, messages varchar,
-                                                       image_refs varchar[], filename varchar, file_row_number bigint)"""
+                                                       image_refs varchar[], filename varchar, file_row_number bigint,
+                                                       file_no integer)"""
     )
-    for f in files:
+    for file_no, f in enumerate(files):
         problem = parquet_problem(f)
         if problem is None:
             media = (
@@ -81,15 +79,16 @@ def load_parquet_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> lis
             )
             # A `messages` column that is already structured (not a JSON string) is turned back into JSON text.
             try:
-                con.execute(
+                (inserted,) = con.execute(
                     f"""
                     insert into prm_shard_rows
                     select id::varchar, null::varchar,
                            case when typeof(messages) = 'VARCHAR' then messages::varchar else to_json(messages)::varchar end,
-                           {media}, filename, file_row_number
+                           {media}, filename, file_row_number, {file_no}
                     from read_parquet({_sql_list([f])}, filename = true, file_row_number = true)
                     """
-                )
+                ).fetchone()
+                counts.append((file_no, f.name, inserted))
             except duckdb.Error as exc:
                 problem = f"unreadable parquet: {str(exc).splitlines()[0]}"
         if problem:
@@ -98,10 +97,11 @@ def load_parquet_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> lis
         """
         create or replace temp table prm_input as
         select sample_id, source_hint, messages, image_refs,
-               row_number() over (order by filename, file_row_number) as row_order
+               row_number() over (order by filename, file_row_number) as row_order, file_no
         from prm_shard_rows
         """
     )
+    _files_table(con, counts)
     return rejected
 
 
@@ -113,29 +113,36 @@ def load_jsonl_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[
     Lines are read as text here; all JSON work happens in DuckDB. A line that is not UTF-8, is
     JSON but not an object, or has an `image` that is neither a path nor a list of paths is
     quarantined (stage `read`); invalid JSON is left to the parser, which says so."""
-    ids, hints, lines = [], [], []
-    rejected = []
-    for f in files:
+    ids, hints, lines, file_nos = [], [], [], []
+    rejected, counts = [], []
+    for file_no, f in enumerate(files):
         stem = utf8_text(f.stem)
         hint = stem[: -len("_prm")] if stem.endswith("_prm") else stem
+        records = 0
         try:
             with open(f, "rb") as fh:
                 for number, raw in enumerate(fh, start=1):
                     try:
                         text = raw.decode("utf-8").strip()
                     except UnicodeDecodeError as exc:
+                        records += 1
                         rejected.append(Rejection(DATASET, "read", f"{stem}:{number}",
                                                   f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})"))
                         continue
                     if not text:
                         continue
+                    records += 1
                     ids.append(f"{stem}:{number}")
                     hints.append(hint)
                     lines.append(text)
+                    file_nos.append(file_no)
         except OSError as exc:
             rejected.append(Rejection(DATASET, FILE_STAGE, utf8_text(f.name), f"unreadable file: {exc}"))
+            continue
+        counts.append((file_no, utf8_text(f.name), records))
     con.register("prm_jsonl_lines", pa.table({"sample_id": pa.array(ids, pa.string()), "source_hint": pa.array(hints, pa.string()),
-                                              "line": pa.array(lines, pa.string()), "pos": pa.array(range(len(ids)), pa.int64())}))
+                                              "line": pa.array(lines, pa.string()), "pos": pa.array(range(len(ids)), pa.int64()),
+                                              "file_no": pa.array(file_nos, pa.int32())}))
     con.execute(
         """
         create or replace temp table prm_jsonl_misfits as
@@ -161,12 +168,33 @@ def load_jsonl_input(con: duckdb.DuckDBPyConnection, files: list[Path]) -> list[
                     when json_type(line, '$.image') = 'ARRAY'
                          then list_filter(json_extract_string(line, '$.image[*]'), lambda x: x is not null)
                     else []::varchar[] end as image_refs,
-               row_number() over (order by pos) as row_order
+               row_number() over (order by pos) as row_order, file_no
         from prm_jsonl_lines anti join prm_jsonl_misfits using (pos)
         """
     )
     con.unregister("prm_jsonl_lines")
+    _files_table(con, counts)
     return rejected
+
+
+def refused_files(con: duckdb.DuckDBPyConnection, samples: pa.Table) -> list[Rejection]:
+    """Stage-`file` rows for the files `prm_input` was loaded from that held no records, or whose
+    records all failed to become a sample of `samples` (prm_samples once parsed and checked against
+    the record contract: its `row_index` is the input's `row_order`)."""
+    con.register("prm_kept_rows", samples.select(["row_index"]))
+    try:
+        rows = con.execute(
+            """
+            select f.name, f.records, count(k.row_index)
+            from prm_input_files f
+            left join prm_input i using (file_no)
+            left join prm_kept_rows k on k.row_index = i.row_order
+            group by f.file_no, f.name, f.records order by f.file_no
+            """
+        ).fetchall()
+    finally:
+        con.unregister("prm_kept_rows")
+    return whole_file_faults(DATASET, rows)
 
 
 def connect() -> duckdb.DuckDBPyConnection:

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from pipeline.contract import (
-    INT, STRING, TableContract, between, in_set, json_schema, not_null, regex, sha256, unique, where,
+    INT, STRING, FileColumns, TableContract, between, in_set, json_schema, not_null, regex, sha256, unique, where,
 )
 from pipeline.settings import QualitySettings
 
 IMAGE_STATUS = ("ok", "corrupt")
 
+# An upstream shard's columns as the Hub's parquet holds them (HF `Image()` is a struct of bytes
+# and path). A shard whose types moved away from these is refused whole, before its rows are read.
+SHARD = FileColumns(
+    required={"id": pa.string(), "query": pa.string(), "response": pa.list_(pa.string()),
+              "image": pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+              "human_ranking": pa.list_(pa.int64())},
+    optional={"models": pa.list_(pa.string()), "judge": pa.string(), "rationale": pa.string(),
+              "query_source": pa.string(), "ground_truth": pa.string()},
+)
 
 
 def contracts(q: QualitySettings) -> dict[str, TableContract]:

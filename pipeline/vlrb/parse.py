@@ -5,18 +5,21 @@ responses and their human ranks (0 = preferred). `chosen` is "A" when the first 
 An image is keyed by its content (`sha256:<hex>`): pairs over the same image share one
 `vlrb_images` row, and the key is the same in every mirror of the data.
 
-Refusals: a whole shard that cannot be read, or lacks the columns, is an unusable file (stage
-`file`: it blocks the release by default); a row without an id, or repeating an earlier id, is
-quarantined at `parse`; a pair breaking its record contract (pipeline/vlrb/contract.py: ranking a
-permutation of (0, 1), two non-empty responses, one image) is quarantined at `parse` by
-`pipeline.contract.enforce`; an image that does not decode is `corrupt` and quarantined at
-`decode` (its pair stays, as for MMRB2).
+Refusals: a whole shard that cannot be read, lacks the columns, has a column whose Arrow type
+drifted from the upstream format (pipeline/vlrb/contract.py: SHARD, checked before any row is
+read, so ids and rankings are never coerced), holds no rows, or has every row refused, is an
+unusable file (stage `file`: it blocks the release by default); a row without an id, or repeating
+an earlier id, is quarantined at `parse`; a pair breaking its record contract
+(pipeline/vlrb/contract.py: ranking a permutation of (0, 1), two non-empty responses, one image)
+is quarantined at `parse` by `pipeline.contract.enforce`; an image that does not decode is
+`corrupt` and quarantined at `decode` (its pair stays, as for MMRB2).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,14 +29,12 @@ import pyarrow.parquet as pq
 
 from pipeline.contract import enforce
 from pipeline.dedupe.hashing import HashedImage, hash_bytes
-from pipeline.quarantine import Rejection
+from pipeline.quarantine import FILE_STAGE, Rejection, whole_file_faults
 from pipeline.settings import QualitySettings, ZipLimits
 from pipeline.staging import streaming_parquet
-from pipeline.vlrb.contract import contracts
+from pipeline.vlrb.contract import SHARD, contracts
 
 DATASET = "vlrb"
-REQUIRED_COLUMNS = ("id", "query", "response", "image", "human_ranking")
-OPTIONAL_COLUMNS = ("models", "judge", "rationale", "query_source", "ground_truth")
 BATCH_ROWS = 64  # rows (with their images) held at once
 
 _C = contracts(QualitySettings())
@@ -54,13 +55,13 @@ class Parsed:
 
 
 def file_problem(path: Path) -> str | None:
-    """Why a shard cannot be used at all, or None."""
+    """Why a shard cannot be used at all (unreadable, or not in the upstream format), or None."""
     try:
-        names = set(pq.read_schema(path).names)
+        schema = pq.read_schema(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
         return f"unreadable parquet: {exc}"
-    missing = [c for c in REQUIRED_COLUMNS if c not in names]
-    return f"parquet lacks column(s) {', '.join(missing)}" if missing else None
+    problem = SHARD.problem(schema)
+    return f"parquet {problem}" if problem else None
 
 
 def _text(value) -> str | None:
@@ -72,22 +73,27 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
     """Every shard of `files` (relative names under `root` in messages), streamed BATCH_ROWS rows at a time."""
     pairs, images, rejected, hashed = [], {}, [], []
     seen: dict[str, int] = {}
+    read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
+    origin: dict[str, int] = {}
     done = 0
-    for path in files:
+    for number, path in enumerate(files):
         name = Path(path).relative_to(root).as_posix() if root else Path(path).name
         problem = file_problem(path)
         if problem:
-            rejected.append(Rejection(DATASET, "file", name, problem))
+            rejected.append(Rejection(DATASET, FILE_STAGE, name, problem))
             continue
         pf = streaming_parquet(path)
-        columns = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c in pf.schema_arrow.names]
+        columns = [c for c in (*SHARD.required, *SHARD.optional) if c in pf.schema_arrow.names]
+        read[number] = [name, 0]
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                 for row in batch.to_pylist():
                     done += 1
+                    read[number][1] += 1
                     pair = _pair(row, done, seen, rejected)
                     if pair is None:
                         continue
+                    origin[pair["pair_id"]] = number
                     image = row.get("image")
                     data = image.get("bytes") if isinstance(image, dict) else None
                     if data is not None:
@@ -99,10 +105,13 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
                 if progress:
                     progress(done)
         except Exception as exc:  # a shard damaged past its footer: what was read stays, the file is named
-            rejected.append(Rejection(DATASET, "file", name, f"unreadable after {done} rows: {exc}"))
+            rejected.append(Rejection(DATASET, FILE_STAGE, name, f"unreadable after {done} rows: {exc}"))
+            del read[number]
     parsed = pa.Table.from_pylist(pairs, schema=PAIRS_SCHEMA)
     checked = enforce(DATASET, {"vlrb_pairs": parsed}, contracts(quality))
     rejected.extend(checked.rejected)
+    kept = Counter(origin[pid] for pid in checked.tables["vlrb_pairs"]["pair_id"].to_pylist())
+    rejected.extend(whole_file_faults(DATASET, [(name, n, kept[k]) for k, (name, n) in read.items()]))
     table = pa.Table.from_pylist(sorted(images.values(), key=lambda r: r["image_key"]), schema=IMAGES_SCHEMA)
     return Parsed(checked.tables["vlrb_pairs"], table, rejected, sorted(hashed, key=lambda h: h.key))
 

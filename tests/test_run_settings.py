@@ -1,0 +1,49 @@
+"""`rewardhouse run` refuses settings it could never run with at once, in one line (exit 2), before
+a run is created, not minutes into the run where they are first used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import main
+
+CLI = Path(sys.executable).with_name("rewardhouse")
+
+
+def test_an_out_of_range_max_distance_is_refused_at_once_and_no_run_is_created(tmp_path):
+    home = tmp_path / "home"
+    env = {**os.environ, "REWARDHOUSE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "PYTHONWARNINGS": "ignore"}
+    started = time.monotonic()
+    done = subprocess.run([str(CLI), "run", "--max-distance", "99"], env=env, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr == "rewardhouse: invalid setting: dedupe_max_distance (--max-distance) must be within 0..32, not 99\n"
+    assert not (home / "dagster" / "history").exists()  # no run storage, so no run
+    assert took < 20, f"refused after {took:.1f}s"  # the imports (Dagster's take ~4 s), nothing more
+    print(f"refused in {took:.1f}s")
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["--max-distance", "-1"], "dedupe_max_distance (--max-distance) must be within 0..32, not -1"),
+    (["--workers", "-2"], "workers (--workers) must be 0 (every core) or more, not -2"),
+    (["--set", "max_image_pixels=0"], "max_image_pixels must be a positive integer, not 0"),
+    (["--set", "dedupe_max_distance=33"], "dedupe_max_distance (--max-distance) must be within 0..32, not 33"),
+    (["--set", "drift_severity=fatal"], "drift_severity must be WARN or ERROR, not 'FATAL'"),
+    (["--set", "positive_rate_min=high"], "positive_rate_min='high': Input should be a valid number"),
+    (["--set", "executor=gpu"], "executor must be one of"),
+    (["--source", "local", "--path", "{tmp}/missing"], "--path {tmp}/missing: no such folder"),
+])
+def test_settings_that_cannot_run_are_refused_before_the_run(tmp_path, monkeypatch, capsys, argv, said):
+    home = tmp_path / "home"
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    assert main(["run", *(a.replace("{tmp}", str(tmp_path)) for a in argv)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rewardhouse: ") and said.replace("{tmp}", str(tmp_path)) in err, err
+    assert not (home / "dagster" / "history").exists()
