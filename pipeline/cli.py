@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -540,20 +541,22 @@ def cmd_sql(args) -> int:
     if layout.remote is None and spill.resolve().is_relative_to(layout.root.resolve()):
         return _fail(f"REWARDHOUSE_SQL_TEMP={spill} is inside the data root {layout.root}: a reader's spill files "
                      "must not fill the disk a publish needs; name a folder elsewhere", 2)
-    try:
-        with spill_folder(spill) as temp:
+    with contextlib.ExitStack() as stack:
+        try:
+            temp = stack.enter_context(spill_folder(spill))
+        except OSError as exc:
+            return _fail(f"cannot make a spill folder under {spill}: {exc.strerror or exc}; set "
+                         "REWARDHOUSE_SQL_TEMP to a writable folder", 1)
+        try:
             return _sql(args, layout, SessionLimits(memory, temp, spill_size), timeout)
-    except OSError as exc:
-        return _fail(f"cannot make a spill folder under {spill}: {exc.strerror or exc}; set REWARDHOUSE_SQL_TEMP "
-                     "to a writable folder", 1)
-    except QueryStopped as exc:
-        if exc.reason == "timeout":
-            return _fail(f"query stopped after {exc.seconds:.0f} s (timeout {timeout:g} s): narrow it, or allow "
-                         "longer with --timeout SECONDS or REWARDHOUSE_SQL_TIMEOUT (0: no limit)", EXIT_TIMEOUT)
-        return _fail(f"query interrupted after {exc.seconds:.1f} s", 130)
-    except duckdb.OutOfMemoryException as exc:
-        return _fail(f"query ran out of memory (limit {memory}; --memory-limit or REWARDHOUSE_SQL_MEMORY_LIMIT "
-                     f"raises it): {str(exc).splitlines()[0]}", 2)
+        except QueryStopped as exc:
+            if exc.reason == "timeout":
+                return _fail(f"query stopped after {exc.seconds:.0f} s (timeout {timeout:g} s): narrow it, or allow "
+                             "longer with --timeout SECONDS or REWARDHOUSE_SQL_TIMEOUT (0: no limit)", EXIT_TIMEOUT)
+            return _fail(f"query interrupted after {exc.seconds:.1f} s", 130)
+        except duckdb.OutOfMemoryException as exc:
+            return _fail(f"query ran out of memory (limit {memory}; --memory-limit or REWARDHOUSE_SQL_MEMORY_LIMIT "
+                         f"raises it): {str(exc).splitlines()[0]}", 2)
 
 
 def _sql(args, layout: Layout, limits, timeout: float | None) -> int:

@@ -177,7 +177,7 @@ def test_full_disk_while_rebuilding_the_warehouse_leaves_both_on_the_previous_re
 
     again = subprocess.run(_command(root, 2), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["published"] is False  # already in place: only made current
+    assert json.loads(again.stdout)["published"] is True  # its folder was already in place: this publish made it current
     assert assert_consistent(root) == ("r0002", "r0002")
 
 

@@ -319,3 +319,16 @@ def test_bucket_errors_are_one_line_naming_endpoint_bucket_and_what_to_check(buc
         assert "\n" not in str(denied.value)
     finally:
         proxy.close()
+
+
+def test_an_overrides_file_in_a_missing_bucket_is_refused_not_read_as_no_decisions(bucket, s3_server):
+    from pipeline.review.overrides import Overrides, OverridesError, load, save
+
+    assert load(f"s3://{bucket}/data/overrides.json").decisions == []  # no file: no decisions
+    for attempt in (lambda: load("s3://no-such-bucket/data/overrides.json"),
+                    lambda: save("s3://no-such-bucket/data/overrides.json", Overrides())):
+        with pytest.raises(OverridesError) as caught:
+            attempt()
+        message = str(caught.value)
+        assert "\n" not in message and f"(endpoint {s3_server}, bucket no-such-bucket): the bucket no-such-bucket " \
+                                       "does not exist there" in message, message

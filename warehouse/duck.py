@@ -197,14 +197,18 @@ def publish_release(
 ) -> tuple[Manifest, bool, list[str]]:
     """Publish a release and point the warehouse at it, as one writer (`publish_args` as for
     ReleaseStore.publish; all but the newest `keep` releases are pruned, 0 keeps all); returns
-    (manifest, published, pruned). The release folder is put in place and the warehouse rebuilt on
+    (manifest, published: CURRENT moved to it, pruned). The release folder is put in place and the warehouse rebuilt on
     it before CURRENT is swapped, and pruned folders go last, so a failure or crash at any step
     leaves CURRENT and the warehouse's main views on a complete release, the previous one until
     the swap. Waiting for the writer lock can be interrupted; from there on a stop signal waits
     until the publish is done (`critical_section`)."""
     with store.writer_lock(on_wait), critical_section():
         store.sweep_temporaries()
-        manifest, published = store.publish(release_id, tables, make_current=False, **publish_args)
+        was_current = store.current() == release_id
+        manifest, written = store.publish(release_id, tables, make_current=False, **publish_args)
+        # Published: CURRENT moves to it, whether its folder is new or was left whole by a publish
+        # cut short before its swap (a full disk, a kill): what CURRENT says decides.
+        published = written or not was_current
         pruned = store.prunable(keep, release_id)
         sync_warehouse(store, db_path, current=release_id, without=pruned)
         try:

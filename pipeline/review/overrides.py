@@ -195,9 +195,12 @@ def read_text(path: str) -> str | None:
     in its place (a folder, a dangling link) or bytes that are not UTF-8 raise OverridesError:
     read as "no decisions", they would drop every decision without a word."""
     if path.startswith("s3://"):
-        from pipeline.sources.objects import read_object
+        from pipeline.sources.objects import ObjectStoreError, read_object
 
-        data = read_object(path)
+        try:
+            data = read_object(path)
+        except ObjectStoreError as exc:  # a missing bucket is not "no decisions"
+            raise OverridesError(str(exc)) from None
     else:
         p = Path(path)
         try:
@@ -234,9 +237,12 @@ def load(path: str | None) -> Overrides:
 def save(path: str, overrides: Overrides) -> None:
     """Write atomically (a temporary file renamed into place)."""
     if path.startswith("s3://"):
-        from pipeline.sources.objects import write_object
+        from pipeline.sources.objects import ObjectStoreError, write_object
 
-        write_object(path, overrides.to_json().encode())
+        try:
+            write_object(path, overrides.to_json().encode())
+        except ObjectStoreError as exc:
+            raise OverridesError(str(exc)) from None
         return
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -112,17 +112,21 @@ def read_object(url: str) -> bytes | None:
     import obstore
 
     bucket, key = _split(url)
-    try:
-        return bytes(obstore.get(bucket_store(bucket), key).bytes())
-    except FileNotFoundError:
-        return None
+    with client_errors(url, bucket, "cannot read"):
+        try:
+            return bytes(obstore.get(bucket_store(bucket), key).bytes())
+        except FileNotFoundError as exc:
+            if "NoSuchBucket" in str(exc):  # not an absent object: the bucket itself is missing
+                raise
+            return None
 
 
 def write_object(url: str, data: bytes) -> None:
     import obstore
 
     bucket, key = _split(url)
-    obstore.put(bucket_store(bucket), key, data)
+    with client_errors(url, bucket, "cannot write"):
+        obstore.put(bucket_store(bucket), key, data)
 
 
 def filesystem():
