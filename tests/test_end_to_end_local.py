@@ -77,9 +77,10 @@ def test_sql_is_read_only_and_releases_lists_counts(published, capsys, monkeypat
 
 
 def test_local_source_with_a_bad_path_fails_with_a_clear_message(home, capsys, tmp_path):
-    assert main(["run", "--source", "local", "--path", str(tmp_path / "nope")]) == 1
+    # Refused before a run is created: one line naming the path, exit 2.
+    assert main(["run", "--source", "local", "--path", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
-    assert "is not a directory" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and f"no such folder ({tmp_path / 'nope'})" in err and "Traceback" not in err
 
 
 def test_task_summary_view_reads_the_current_release(published):

@@ -108,6 +108,7 @@ def test_hostile_source_is_quarantined_and_the_refused_run_leaves_the_release_in
     warehouse_before = q(home, "select release_id, is_current, row_counts from releases")
     expected = plant_hostile_input(src, home)
     outside_before = {p: p.stat().st_mtime_ns for p in files_under(base, home)}
+    candidates_before = set((home / "staging" / "candidates").iterdir())
 
     # A strict quarantine budget makes the hostile input refuse the release.
     code = main(["run", "--source", "local", "--path", str(src), "--set", "max_image_pixels=60000", "--set", "budget_severity=ERROR"])
@@ -127,7 +128,7 @@ def test_hostile_source_is_quarantined_and_the_refused_run_leaves_the_release_in
     assert not (base.parent / "escape.jpg").exists()
 
     # The refused candidate holds a quarantine row, with stage and reason, for every hostile item.
-    (candidate,) = [d for d in (home / "staging" / "candidates").iterdir() if d.name != current]
+    (candidate,) = set((home / "staging" / "candidates").iterdir()) - candidates_before
     rows = pq.read_table(candidate / "tables" / "quarantine.parquet").to_pylist()
     got = {(r["dataset"], r["stage"], r["record_key"]): r["reason"] for r in rows}
     missing = {k: v for k, v in expected.items() if k not in got or v not in got[k]}

@@ -95,7 +95,9 @@ def test_a_run_refuses_an_unusable_file_before_it_starts(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert err == (f"rewardhouse: reviewers' overrides cannot be used: {tmp_path}/overrides.json: `revision` must be a "
                    "whole number of 0 or more, got 'two'; fix or move the file, then run again\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["overrides.json"]  # no run, no Dagster home
+    # No run: the Dagster home holds its settings file only, no run storage.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dagster", "overrides.json"]
+    assert sorted(p.name for p in (tmp_path / "dagster").iterdir()) == ["dagster.yaml"]
 
 
 def test_the_dedupe_step_fails_with_the_same_line_when_the_file_broke_after_the_start(tmp_path):
