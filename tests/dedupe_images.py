@@ -70,6 +70,25 @@ def geometry(points: list[tuple[int, int]], radius: int = 40) -> Image.Image:
     return im
 
 
+PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
+
+
+def pie_chart(shares: list[float], title: str = "Market share 2023") -> Image.Image:
+    """A pie in one palette with a legend and a title: one template, many charts."""
+    im = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(im)
+    total, start = sum(shares), -90.0
+    for i, v in enumerate(shares):
+        end = start + 360.0 * v / total
+        d.pieslice([60, 50, 300, 290], start, end, fill=PALETTE[i % len(PALETTE)], outline="white")
+        start = end
+    for i in range(len(shares)):
+        d.rectangle([330, 80 + 26 * i, 346, 96 + 26 * i], fill=PALETTE[i % len(PALETTE)])
+        d.text((354, 80 + 26 * i), f"Brand {chr(65 + i)}", fill="black", font=font(13))
+    d.text((140, 10), title, fill="black", font=font(16))
+    return im
+
+
 WORDS = ("the angle sum of a triangle is two right angles hence the area follows from the ratio of the sides "
          "and the height which we compute step by step").split()
 
@@ -102,6 +121,31 @@ def caption(im: Image.Image, corner: str = "bottom-right", text: str = "source: 
     y = 8 if "top" in corner else h - bh - 8
     d.rectangle([x, y, x + bw, y + bh], fill="white")
     d.text((x + 4, y + 2), text, fill=(30, 30, 30), font=font(bh * 2 // 3))
+    return out
+
+
+def caption_bar(im: Image.Image, where: str = "bottom", height: float = 0.15, text: str = "Photo: agency") -> Image.Image:
+    """A full-width bar over the top or bottom `height` of the frame, with a line of text."""
+    out = im.copy()
+    d = ImageDraw.Draw(out)
+    w, h = out.size
+    bh = round(h * height)
+    y = 0 if where == "top" else h - bh
+    d.rectangle([0, y, w, y + bh], fill=(20, 20, 20))
+    d.text((12, y + bh // 4), text, fill="white", font=font(max(10, bh // 2)))
+    return out
+
+
+def corner_box(im: Image.Image, size=(200, 30), corner: str = "top-left", text: str = "© stock 2024") -> Image.Image:
+    """A white box of a fixed pixel size with dark text, whatever the image's size."""
+    out = im.copy()
+    d = ImageDraw.Draw(out)
+    w, h = out.size
+    bw, bh = size
+    x = 6 if "left" in corner else w - bw - 6
+    y = 6 if "top" in corner else h - bh - 6
+    d.rectangle([x, y, x + bw, y + bh], fill="white", outline=(40, 40, 40))
+    d.text((x + 6, y + 6), text, fill=(20, 20, 20), font=font(bh // 2))
     return out
 
 

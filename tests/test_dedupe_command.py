@@ -70,7 +70,12 @@ def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
     assert main(["dedupe", str(d), "--explain", "photo.jpg", str(d / "photo_caption.jpg")]) == 0
     out = capsys.readouterr().out
     assert "candidate search, Hamming distance per route (radius 8): phash " in out
-    assert "accepted as overlay: bottom-right" in out and out.rstrip().endswith("\nduplicates")
+    # The residual map's figures: the one differing region sits in the bottom-right corner.
+    assert "residual map: " in out and "largest region rows " in out
+    region = out.split("accepted as overlay: the same pixels but inside rows ")[1].split("\n")[0]
+    (y0, y1), (x0, x1) = (map(int, part.split(" ")[-1].split("-")) for part in region.split(" of ")[0].split(", columns "))
+    assert y1 == 128 and x1 == 128 and y0 >= 96 and x0 >= 64, region
+    assert out.rstrip().endswith("\nduplicates")
 
     assert main(["dedupe", str(d), "--explain", "chart.png", "other.png"]) == 0
     out = capsys.readouterr().out

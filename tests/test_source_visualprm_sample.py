@@ -547,10 +547,10 @@ def test_lookalikes_are_candidates_that_verification_refuses(rows):
         routes = [d(a.phash, b.phash), d(a.crop_hash, b.phash), d(a.phash, b.crop_hash), d(a.top_hash, b.top_hash),
                   d(a.bottom_hash, b.bottom_hash)]
         assert min(routes) <= 8 < routes[0], (first, routes)
-        thumbs = [np.frombuffer(h.thumb, np.uint8).reshape(1, 64, 64) for h in (a, b)]
+        thumbs = [np.frombuffer(h.thumb, np.uint8)[None] for h in (a, b)]
         verdict = compare(*thumbs, np.array([a.width / a.height]), np.array([b.width / b.height]),
                           np.array([[a.chroma_cb, a.chroma_cr]]), np.array([[b.chroma_cb, b.chroma_cr]]))
-        assert not verdict.accepted[0] and verdict.score[0] < 0.96, (first, verdict.score[0])
+        assert not verdict.accepted[0], (first, verdict.score[0])
 
 
 def test_exactly_one_duplicate_sample(table, rows, expected):

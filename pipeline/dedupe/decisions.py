@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.dedupe.engine import ROUTES, Dedupe, Forced, dedupe, phash_distance
-from pipeline.dedupe.hashing import THUMB_SIDE, HashedImage, is_flat
+from pipeline.dedupe.hashing import THUMB_BYTES, HashedImage, is_flat
 
 
 
@@ -43,7 +43,7 @@ HASHES_SCHEMA = pa.schema(
     ]
 )
 # What the engine reads beside the published hashes (staged, not published): region hashes, the
-# flat flag and the 64x64 thumbnail (4,096 bytes).
+# flat flag and the verification signature (hashing.THUMB_BYTES: luma 64x64, chroma 32x32).
 SIGNATURE_SCHEMA = pa.schema(
     list(HASHES_SCHEMA)
     + [
@@ -53,7 +53,7 @@ SIGNATURE_SCHEMA = pa.schema(
         ("flat", pa.bool_()),
         ("chroma_cb", pa.float32()),
         ("chroma_cr", pa.float32()),
-        ("thumb", pa.binary(THUMB_SIDE * THUMB_SIDE)),
+        ("thumb", pa.binary(THUMB_BYTES)),
     ]
 )
 
@@ -163,10 +163,14 @@ def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets=None, train_
     }, schema=CONTAMINATION_SCHEMA)
 
 
-def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None, forced: Forced | None = None) -> Dedupe:
-    """The engine over signature rows; `thumbs` defaults to the table's own thumbnail column."""
+def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None, forced: Forced | None = None,
+               rule=None) -> Dedupe:
+    """The engine over signature rows; `thumbs` defaults to the table's own signature column;
+    `rule` (verify.Rule) defaults to verify.DEFAULT_RULE."""
+    from pipeline.dedupe.verify import DEFAULT_RULE
+
     return dedupe(signatures, thumbs if thumbs is not None else ThumbColumn(signatures["thumb"]), max_distance, stop,
-                  forced)
+                  forced, rule or DEFAULT_RULE)
 
 
 # ---- reviewer overrides (pipeline/review/overrides.py) ------------------------------------------
@@ -360,7 +364,7 @@ def contaminated_by(samples: pa.Table, contamination: pa.Table, train_dataset: s
 
 
 def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.ndarray:
-    """The thumbnails of a staged signatures file as a memory-mapped (rows, 4096) uint8 array,
+    """The thumbnails of a staged signatures file as a memory-mapped (rows, THUMB_BYTES) uint8 array,
     written batch by batch (memory: one batch; the engine pages in what it verifies)."""
     import os
     import uuid
@@ -369,7 +373,7 @@ def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.nd
 
     f = pq.ParquetFile(signatures_path)
     rows = f.metadata.num_rows
-    width = THUMB_SIDE * THUMB_SIDE
+    width = THUMB_BYTES
     tmp = out.with_name(f".{out.stem}.{uuid.uuid4().hex[:8]}.npy")
     out.parent.mkdir(parents=True, exist_ok=True)
     arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(rows, width))

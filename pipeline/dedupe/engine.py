@@ -38,9 +38,9 @@ import pyarrow as pa
 
 from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_components
 from pipeline.dedupe.search import near_pairs
-from pipeline.dedupe.verify import compare
+from pipeline.dedupe.verify import DEFAULT_RULE, Rule, compare
 
-ENGINE_VERSION = "1"  # bump when a decision can change: part of the staged result's key
+ENGINE_VERSION = "2"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
 MAX_CANDIDATES_PER_IMAGE = 16  # nearest candidates kept per image (crowded look-alikes; see _nearest)
 BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies
@@ -153,7 +153,8 @@ def _nearest(pairs: Pairs, k: int) -> np.ndarray:
 
 
 def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None] | None = None,
-           aspect: np.ndarray | None = None, chroma: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           aspect: np.ndarray | None = None, chroma: np.ndarray | None = None,
+           rule: Rule = DEFAULT_RULE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(accepted, kind, score) for node pairs (a[i], b[i]), in batches of BATCH pairs; `aspect`
     (width / height per node) lets verification look for crops that are not central, `chroma`
     ((n, 2) mean Cb, Cr per node) tells colours apart."""
@@ -167,7 +168,7 @@ def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None
         sl = slice(s, s + BATCH)
         v = compare(thumbs[a[sl]], thumbs[b[sl]],
                     *((aspect[a[sl]], aspect[b[sl]]) if aspect is not None else (None, None)),
-                    *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)))
+                    *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)), rule=rule)
         accepted[sl], kind[sl], score[sl] = v.accepted, v.kind, v.score
     return accepted, kind, score
 
@@ -188,7 +189,8 @@ class Clustering:
 
 def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
                   stop: Callable[[], None] | None = None, aspect: np.ndarray | None = None,
-                  chroma: np.ndarray | None = None, separate: frozenset = frozenset()) -> Clustering:
+                  chroma: np.ndarray | None = None, separate: frozenset = frozenset(),
+                  rule: Rule = DEFAULT_RULE) -> Clustering:
     """Clusters over accepted pairs without chaining (module docstring, step 4). `rank[i]` orders
     nodes for the canonical choice (smaller is better, all distinct); node pairs (a < b) in
     `separate` are never accepted (a reviewer's override)."""
@@ -222,7 +224,7 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
         missing = np.flatnonzero(~known)
         if missing.size:
             late += missing.size
-            acc, k, s = verify(others[missing], their_canon[missing], thumbs, stop, aspect, chroma)
+            acc, k, s = verify(others[missing], their_canon[missing], thumbs, stop, aspect, chroma, rule)
             for i, x, y, z in zip(missing, acc, k, s):
                 m, c = int(others[i]), int(their_canon[i])
                 x = x and (min(m, c), max(m, c)) not in separate
@@ -309,7 +311,7 @@ OVERRIDE_KIND = "override"
 
 
 def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, aspect, chroma,
-           phash: np.ndarray) -> tuple[Pairs, frozenset, dict]:
+           phash: np.ndarray, rule: Rule = DEFAULT_RULE) -> tuple[Pairs, frozenset, dict]:
     """Apply `forced` to verified candidate pairs: (pairs, separate node pairs, the effect of each
     decision by its tag)."""
     node_of = {sha: i for i, sha in enumerate(nodes.tolist())}  # one lookup per named image
@@ -355,7 +357,7 @@ def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, a
     if extra:
         a = np.array([p[0] for _, p in extra], np.int64)
         b = np.array([p[1] for _, p in extra], np.int64)
-        _, _, score = verify(a, b, node_thumbs, stop, aspect, chroma)
+        _, _, score = verify(a, b, node_thumbs, stop, aspect, chroma, rule)
         for (tag, _), sc in zip(extra, score):
             effects[tag] = f"applied: not a candidate of the search (score {sc:.3f}); now kind {OVERRIDE_KIND}"
         n = len(a)
@@ -369,7 +371,7 @@ def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, a
 
 
 def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None,
-           forced: Forced | None = None) -> Dedupe:
+           forced: Forced | None = None, rule: Rule = DEFAULT_RULE) -> Dedupe:
     """The engine (module docstring) over image rows with ROW_COLUMNS; `thumbs[rows]` gives their
     thumbnails; `forced` overrules verification for chosen pairs (`Dedupe.forced` says how)."""
     n_rows = rows.num_rows
@@ -394,11 +396,11 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
     width, height = col("width").astype(np.float64), col("height").astype(np.float64)
     aspect = np.where((width > 0) & (height > 0), width / np.maximum(height, 1), 1.0)
     chroma = np.stack([col("chroma_cb"), col("chroma_cr")], axis=1).astype(np.float64)
-    pairs.accepted, pairs.kind, pairs.score = verify(pairs.a, pairs.b, node_thumbs, stop, aspect, chroma)
+    pairs.accepted, pairs.kind, pairs.score = verify(pairs.a, pairs.b, node_thumbs, stop, aspect, chroma, rule)
     separate, effects = frozenset(), {}
     if forced is not None and (forced.separate or forced.join):
-        pairs, separate, effects = _force(pairs, nodes, forced, node_thumbs, stop, aspect, chroma, phash)
-    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma, separate)
+        pairs, separate, effects = _force(pairs, nodes, forced, node_thumbs, stop, aspect, chroma, phash, rule)
+    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma, separate, rule)
 
     # Accepted node pairs: candidates and late checks.
     ok = pairs.accepted

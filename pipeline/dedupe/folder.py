@@ -73,11 +73,16 @@ def image_files(root: Path) -> list[Path]:
 
 
 def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers: int | None = None,
-                  progress: Callable[[int, int, float], None] | None = None, executor=None) -> FolderDedupe:
-    """`executor` (pipeline/dedupe/executor.py): where to hash, e.g. on Ray; default the local pool."""
+                  progress: Callable[[int, int, float], None] | None = None, executor=None, rule=None,
+                  hashed: list | None = None) -> FolderDedupe:
+    """`executor` (pipeline/dedupe/executor.py): where to hash, e.g. on Ray; default the local pool.
+    `rule`: verify.Rule (default verify.DEFAULT_RULE); `hashed`: the folder's images hashed
+    already (hash_files over (path relative to root, path)), to judge them again by another rule."""
     files = image_files(root)
     items = [(p.relative_to(root).as_posix(), p) for p in files]
-    if executor is not None:
+    if hashed is not None:
+        results = hashed
+    elif executor is not None:
         results = executor.hash_files(items, progress=progress)
     else:
         results = hash_files(items, workers=workers, progress=progress)
@@ -86,7 +91,7 @@ def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers:
     if not ok:
         return out
     rows = hashes_table("folder", ok, {r.key: (root / r.key).stat().st_size for r in ok})
-    result = run_engine(rows, max_distance)
+    result = run_engine(rows, max_distance, rule=rule)
     out.result, out.table = result, rows
     c = result.clusters
     listed = {}
@@ -111,7 +116,7 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
         lines.append(f"{h.key}: {h.width}x{h.height} {h.format}, sha256 {h.sha256[:16]}…")
     if ha.sha256 == hb.sha256:
         return lines + ["same bytes (sha256): exact duplicates"], True
-    ta, tb = (np.frombuffer(h.thumb, np.uint8).reshape(64, 64) for h in (ha, hb))
+    ta, tb = (np.frombuffer(h.thumb, np.uint8) for h in (ha, hb))
     flat = (is_flat(ta), is_flat(tb))
     d = {
         "phash": int(phash_distance(np.array([ha.phash]), np.array([hb.phash]))[0]),
@@ -129,14 +134,25 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
     if not candidate:
         lines.append("not a candidate: no route within the radius")
     e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr))
-    lines.append(f"verification: score {e['score']:.4f} (near/crop >= {e['thresholds']['near/crop']}, "
-                 f"overlay >= {e['thresholds']['overlay']}), mean grey {e['mean_grey'][0]} vs {e['mean_grey'][1]}, "
-                 f"spread {e['std_grey'][0]} vs {e['std_grey'][1]}")
+    r = e["rule"]
+    lines.append(f"alignment: best correlation {e['correlation']:.4f}, {e['crop_per_side'] * 100:.1f} % off the most "
+                 f"cropped side; mean grey {e['mean_grey'][0]} vs {e['mean_grey'][1]}, spread {e['std_grey'][0]} vs "
+                 f"{e['std_grey'][1]}")
+    if e["judged"]:
+        lines.append(f"residual map: {e['differing'] * 100:.2f} % of the frame differs (luma > {r.luma_tol:g}, chroma > "
+                     f"{r.chroma_tol:g} beyond the half-pixel envelope); largest region "
+                     + (f"{e['region']}: {e['region_share'] * 100:.1f} % of the frame (<= {r.region_max * 100:g} %), "
+                        f"{e['hidden'] * 100:.1f} % of the content (<= {r.hidden_max * 100:g} %; above "
+                        f"{r.hidden_small * 100:g} % it must differ over >= {r.fill_min * 100:g} % of its box: "
+                        f"{e['fill'] * 100:.0f} %)" if e["region"] else "none")
+                     + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %); score {e['score']:.4f}")
+    else:
+        lines.append("not judged: no alignment correlates")
     if e["same_hue"] is False:
         lines.append(f"different colours: mean chroma {e['mean_chroma'][0]} vs {e['mean_chroma'][1]} (Cb, Cr)")
     if e["accepted"]:
-        how = {"near": "the whole frame", "crop": f"a crop of {e['crop_per_side'] * 100:.0f} % per side",
-               "overlay": f"{e['corner_left_out']} left out" + (f", crop {e['crop_per_side'] * 100:.0f} %" if e["crop_per_side"] else "")}
+        how = {"near": "the same pixels over the whole frame", "crop": f"the same pixels, cropped {e['crop_per_side'] * 100:.1f} %",
+               "overlay": f"the same pixels but inside {e['region']}"}
         lines.append(f"accepted as {e['kind']}: {how[e['kind']]}")
     else:
         lines.append("rejected by verification")

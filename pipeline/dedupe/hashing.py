@@ -75,7 +75,10 @@ HASH_BITS = 64
 HASH_SIDE = 8  # 8x8 bits
 PHASH_SIDE = 32  # pHash input: HASH_SIDE x imagehash's highfreq_factor of 4
 LANCZOS = Image.Resampling.LANCZOS
-THUMB_SIDE = 64  # the verification thumbnail (verify.py): 64x64 grey, 4,096 bytes
+THUMB_SIDE = 64  # the grey thumbnail the region hashes are read from (and verify.py aligns on)
+DETAIL_SIDE = 128  # the verification signature (verify.py): 128x128 luma (Y) ...
+CHROMA_SIDE = 32  # ... and 32x32 Cb and Cr (offset by 128, as JPEG stores them)
+THUMB_BYTES = DETAIL_SIDE * DETAIL_SIDE + 2 * CHROMA_SIDE * CHROMA_SIDE  # 18,432 bytes per image
 FLAT_STD = 3.0  # a thumbnail with less spread than this (grey levels) is flat: no structure to match
 
 Progress = Callable[[int, int, float], None]  # (done, total, images per second)
@@ -101,7 +104,7 @@ class HashedImage:
     crop_hash: int | None = None
     top_hash: int | None = None
     bottom_hash: int | None = None
-    thumb: bytes | None = None
+    thumb: bytes | None = None  # THUMB_BYTES: luma 64x64, then Cb 32x32, then Cr 32x32 (verify.split_signature)
     chroma_cb: float | None = None  # mean chroma (Cb - 128, Cr - 128): the image's overall hue
     chroma_cr: float | None = None
 
@@ -154,10 +157,10 @@ def dhash(gray: Image.Image) -> int:
 # ---- the verification signature (see verify.py) -----------------------------------------------
 
 
-def thumbnail(grey: Image.Image) -> np.ndarray:
-    """The THUMB_SIDE x THUMB_SIDE uint8 grey thumbnail of an image in mode "L" (LANCZOS: a BOX
-    reduction is 4x cheaper but aliases thin lines, and crops of figures no longer align)."""
-    return np.asarray(grey.resize((THUMB_SIDE, THUMB_SIDE), LANCZOS), dtype=np.uint8)
+def thumbnail(grey: Image.Image, side: int = THUMB_SIDE) -> np.ndarray:
+    """The side x side uint8 grey thumbnail of an image in mode "L" (LANCZOS: a BOX reduction is
+    4x cheaper but aliases thin lines, and crops of figures no longer align)."""
+    return np.asarray(grey.resize((side, side), LANCZOS), dtype=np.uint8)
 
 
 def _area_matrix(n_out: int, lo: float, hi: float) -> np.ndarray:
@@ -198,8 +201,10 @@ def region_hashes(thumb: np.ndarray) -> tuple[int, int, int]:
 
 
 def is_flat(thumb: np.ndarray) -> bool:
-    """A solid colour, an empty canvas: too little structure for a perceptual match."""
-    return float(np.asarray(thumb).std()) < FLAT_STD
+    """A solid colour, an empty canvas: too little structure for a perceptual match (the luma
+    signature's, its first DETAIL_SIDE^2 bytes)."""
+    t = np.asarray(thumb).ravel()
+    return float((t[:DETAIL_SIDE * DETAIL_SIDE] if t.size == THUMB_BYTES else t).std()) < FLAT_STD
 
 
 def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedImage:
@@ -210,45 +215,58 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
         with open_image(data, max_pixels) as im:
             width, height, fmt = *im.size, im.format  # the original size, before draft shrinks it
             if fmt == "JPEG":
-                grey, chroma = _jpeg_draft(im)
-                thumb = thumbnail(grey)
-                # The draft decode is approximate already: pHash and dHash resize the thumbnail
-                # (64 px) instead of the decode, which saves a pass over it.
-                small = Image.fromarray(thumb)
-                hashes = phash(small), dhash(small)
+                grey, cb, cr = _jpeg_draft(im)
+                detail = Image.fromarray(thumbnail(grey, DETAIL_SIDE))
+                # The draft decode is approximate already: pHash and dHash resize the detail
+                # (128 px) instead of the decode, which saves a pass over it.
+                hashes = phash(detail), dhash(detail)
             else:
-                grey, chroma = _grey(im), _mean_chroma(im)
+                grey = _grey(im)
+                cb, cr = _chroma_planes(im)
                 hashes = phash(grey), dhash(grey)
-                thumb = thumbnail(grey)
-        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), thumb.tobytes(), *chroma)
+                detail = Image.fromarray(thumbnail(grey, DETAIL_SIDE))
+            thumb = thumbnail(detail)
+        sig = np.concatenate([np.asarray(detail).ravel(), cb.ravel(), cr.ravel()]).tobytes()
+        mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
+        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), sig, mean_cb, mean_cr)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
 
 
-def _jpeg_draft(im: Image.Image) -> tuple[Image.Image, tuple[float, float]]:
-    """Decode a JPEG at 1/2..1/8 scale (libjpeg's DCT scaling, >= THUMB_SIDE px a side): a colour
-    JPEG as YCbCr, whose Y is the grey and whose Cb/Cr give the mean chroma; any other as grey."""
+_NEUTRAL = np.full((CHROMA_SIDE, CHROMA_SIDE), 128, np.uint8)
+
+
+def _plane(x: np.ndarray) -> np.ndarray:
+    """A chroma plane at CHROMA_SIDE x CHROMA_SIDE (box average: colour areas, not edges)."""
+    return np.asarray(Image.fromarray(np.ascontiguousarray(x)).resize((CHROMA_SIDE, CHROMA_SIDE), Image.Resampling.BOX),
+                      dtype=np.uint8)
+
+
+def _jpeg_draft(im: Image.Image) -> tuple[Image.Image, np.ndarray, np.ndarray]:
+    """Decode a JPEG at 1/2..1/8 scale (libjpeg's DCT scaling, >= DETAIL_SIDE px a side): a colour
+    JPEG as YCbCr, whose Y is the grey and whose Cb/Cr planes are the chroma; any other as grey."""
     if im.mode == "RGB":
-        im.draft("YCbCr", (THUMB_SIDE, THUMB_SIDE))
+        im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))
         im.load()
         if im.mode == "YCbCr":
             ycc = np.asarray(im)
-            return Image.fromarray(np.ascontiguousarray(ycc[..., 0])), \
-                (float(ycc[..., 1].mean()) - 128.0, float(ycc[..., 2].mean()) - 128.0)
-        return _grey(im), _mean_chroma(im)
-    im.draft("L", (THUMB_SIDE, THUMB_SIDE))
-    return _grey(im), (0.0, 0.0)
+            return Image.fromarray(np.ascontiguousarray(ycc[..., 0])), _plane(ycc[..., 1]), _plane(ycc[..., 2])
+        return (_grey(im), *_chroma_planes(im))
+    im.draft("L", (DETAIL_SIDE, DETAIL_SIDE))
+    return _grey(im), _NEUTRAL, _NEUTRAL
 
 
-def _mean_chroma(im: Image.Image) -> tuple[float, float]:
-    """Mean (Cb, Cr) - 128 of an image (JPEG's YCbCr, ITU-R BT.601), from a 16x16 box reduction;
-    (0, 0) for grey images."""
+def _chroma_planes(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:
+    """Cb and Cr (JPEG's YCbCr, ITU-R BT.601, 128 = no colour) at CHROMA_SIDE x CHROMA_SIDE;
+    neutral for grey images. Reduced before the colour conversion, so it costs little."""
     if im.mode in ("L", "LA", "1", "I", "F") or im.mode.startswith("I;16"):
-        return 0.0, 0.0
-    small = im.convert("RGBA" if im.mode in ("P", "PA") else im.mode).resize((16, 16), Image.Resampling.BOX)
-    rgb = np.asarray(small.convert("RGB"), dtype=np.float64).reshape(-1, 3).mean(axis=0)
-    r, g, b = rgb
-    return float(-0.168736 * r - 0.331264 * g + 0.5 * b), float(0.5 * r - 0.418688 * g - 0.081312 * b)
+        return _NEUTRAL, _NEUTRAL
+    rgb = im.convert("RGBA" if im.mode in ("P", "PA") else im.mode)
+    if rgb.mode != "RGB":
+        rgb = rgb.convert("RGB")
+    small = rgb.resize((CHROMA_SIDE, CHROMA_SIDE), Image.Resampling.BOX, reducing_gap=2.0).convert("YCbCr")
+    ycc = np.asarray(small)
+    return np.ascontiguousarray(ycc[..., 1]), np.ascontiguousarray(ycc[..., 2])
 
 
 def _failed(key: str, error: str) -> HashedImage:

@@ -1,95 +1,82 @@
-"""Verification of candidate pairs: is B an edited copy of A? Plain numpy, no Dagster.
+"""Verification of candidate pairs: is B a copy of A, apart from one edited region? Plain numpy.
 
-The candidate search (search.py) is exact but a 64-bit pHash cannot tell two unrelated charts of
-the same kind apart (they sit a few bits apart), and it misses crops and captions (which move the
-hash 10-30 bits). So every candidate pair is judged again on a signature stored beside the hashes
-and made from the same single decode:
+The candidate search (search.py) is exact, but a 64-bit pHash cannot tell two charts of one
+template apart (they sit a few bits apart), and a global similarity cannot either: a grey
+thumbnail of a pie chart is a disc on white, and its correlation with another pie of the same
+palette measures the layout, not whether the pixels are the same. So verification asks the
+question a copy answers: after aligning the pair, are the pixels the same everywhere, or
+everywhere but inside one compact region (a caption, a watermark, a banner, a logo)?
 
-    thumbnail   the grey image resized to 64x64 (LANCZOS), 4,096 bytes
-    chroma      the mean (Cb, Cr) of the image: its overall colour
-    crop_hash   pHash of the thumbnail's central 92 % (4 % off each side): a copy cropped by
-                about 4 % per side has a full-image pHash within a few bits of it
-    top_hash    pHash of the thumbnail's top 75 %, and
-    bottom_hash of its bottom 75 %: a caption, logo or banner in any corner leaves one of the two
-                untouched, so a copy with such an overlay matches the original on that hash
+The signature (hashing.py, from the one decode, THUMB_BYTES per image): the luma at 64x64
+(LANCZOS) and Cb, Cr at 32x32 (box average).
 
-The comparison (`compare`) works on the thumbnails, smoothed (Gaussian, sigma 0.8 px) and
-sampled at 32x32, so that resampling and a sub-pixel shift do not count, and reads the Pearson
-correlation of the two (brightness and contrast do not count either). Alignments tried:
+1. **Alignment** (on the luma, smoothed and sampled at 32x32, by Pearson correlation): the whole
+   frame; one image's central region (2/4/6/8 % off each side) resampled onto the other, both
+   ways; any crop, from the 1-D row/column profiles (up to 10 % off either end, the other axis's
+   span from the images' aspect ratios: a crop never stretches); then a quarter-pixel shift and
+   half a percent more or less around the best. The correlation only finds the alignment; it
+   decides nothing. The whole frame, the best alignment and the best one with a corner block left
+   out (an overlay pulls the correlation) are each judged by step 2.
+2. **Identity** (`identity`): at the alignment, the luma of B against the best brightness/contrast
+   line of A's (least squares refitted on the 75 % of pixels it fits best, clipped to 0..255), each
+   pixel against the other image's half-pixel envelope (the lowest and highest value a sub-pixel
+   shift can show there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay
+   near 0, content that one image lacks does not. When both images are coloured, Cb and Cr are read
+   the same way (scaled by the same gain). A pixel differs beyond `luma_tol` / `chroma_tol`; a
+   4x4-pixel cell differs when `cell_min` of its pixels do.
+3. **Decision** on the differing cells (grouped when at most one cell apart):
+       identical  no cell differs                                   -> near (whole frame) or crop
+       overlay    the largest group's bounding box is at most `region_max` of the frame, covers
+                  at most `hidden_max` of the *content* (pixels that are not the plain background
+                  the border shows; all of a photo), and outside it at most `stray_max` of the
+                  frame differs                                     -> overlay
+       otherwise  refused: a look-alike differs in scattered places across its content (bars of
+                  other heights, slices of other sizes, other words), or over most of it.
+   `score` is the share of the content that is the same (1 for an identical frame).
 
-    1. the whole frame; then one thumbnail's central region (2/4/6/8 % off each side) resampled
-       onto the other, both ways (a pair with a clear whole-frame match, >= CLEAR_MATCH, stops);
-    2. any crop: the best span on one axis from the 1-D row/column profiles (up to 10 % off
-       either end), the other axis's span length from the two images' aspect ratios (a crop
-       never stretches) and its best position, both axes first;
-    3. for pairs that came close (>= REFINE_FROM), a quarter-pixel shift and half a percent more
-       or less around the best alignment (a JPEG decoded at reduced scale sits a fraction of a
-       pixel off its PNG original).
+Two clearly coloured images (mean chroma >= CHROMA_MIN) whose mean colours point more than
+MAX_HUE_ANGLE apart are refused first: an edit may brighten, grey out or re-encode, not recolour.
 
-At every alignment the correlation is also read with one corner block (3x2 or 2x3 cells of an
-8x8 grid, 37.5 % x 25 % of the frame) left out; correlations come from per-cell sums (of x, y,
-x^2, y^2, xy), so leaving a corner out costs a subtraction. The rule that explains the pair:
+The parameters (`Rule`) are chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py
+(families of look-alike figures and photos with edited copies) and reported on its held-back half,
+whose families the choice never saw.
 
-    overlay  a corner left out, the rest >= OVERLAY_MIN, when that clearly helps
-             (>= OVERLAY_GAIN over the whole frame) or the whole frame alone fails
-    crop     the best alignment is a crop (>= MIN_CROP off a side) that beats the whole frame by
-             CROP_GAIN, correlation >= NEAR_MIN
-    near     the whole frame (or a sub-pixel shift of it), correlation >= NEAR_MIN
-
-`score` is that correlation; a refused pair's score is the best seen (for review). Two clearly
-coloured images (mean chroma >= CHROMA_MIN) whose mean colours point more than MAX_HUE_ANGLE
-apart are refused: an edit may brighten, grey out or re-encode, not recolour.
-
-Thresholds, measured on the benchmark sets of tests/benchmarks/bench_dedupe_quality.py and
-printed there (edited copies against their base vs candidate pairs of unrelated images):
-
-    photos   copies >= 0.975; unrelated images are never candidates at radius 8
-    figures  copies >= 0.969; unrelated charts, diagrams and pages of one template <= 0.93
-             (<= 0.973 with a corner left out, on a harder set of near-identical bar charts)
-
-so NEAR_MIN = 0.965 and OVERLAY_MIN = 0.975 sit between the two on both kinds of image.
-
-Flat images (a solid colour, an empty canvas: thumbnail standard deviation below FLAT_STD grey
-levels) have no structure to compare; their pHash is degenerate (all AC coefficients ~0, 0 or 1
-bit set) and would match every other flat image. They are left out of the near search and are
-duplicates only of identical bytes.
+Flat images (a solid colour, an empty canvas: luma standard deviation below FLAT_STD grey levels)
+have no structure to compare; their pHash is degenerate (all AC coefficients ~0, 0 or 1 bit set)
+and would match every other flat image. They are left out of the near search and are duplicates
+only of identical bytes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
-from pipeline.dedupe.hashing import FLAT_STD, THUMB_SIDE as SIDE
+from pipeline.dedupe.hashing import CHROMA_SIDE, DETAIL_SIDE, FLAT_STD, THUMB_BYTES, THUMB_SIDE as SIDE
 
-GRID = 8  # cells per side for the correlation sums
-OUT = 32  # side of the smoothed images that are compared
+GRID = 8  # cells per side for the correlation sums of the alignment search
+OUT = 32  # side of the smoothed images the alignment search compares
 CELL = OUT // GRID
 SIGMA = 0.8
 CROPS = (0.02, 0.04, 0.06, 0.08)  # fraction off each side tried by the crop alignment
-REFINE_FROM = 0.85  # pairs below both thresholds but above this get the fine alignment search
+REFINE_FROM = 0.9  # refused pairs whose best alignment correlates at least this get the fine search
 REFINE_CROP = 0.005
 REFINE_SHIFT = 0.25  # thumbnail pixels
 PROFILE_MAX_CROP = 0.10  # the profile search looks for crops up to this much off either end, per axis
 OFFSET_STEP = 0.005  # where a span of known length sits, searched in steps of this (fraction)
+MIN_OVERLAY = 0.005  # an accepted region where less than this share of the frame differs is not called an overlay
 MIN_CROP = 0.01  # an alignment that leaves out less than this is "near", not "crop"
-NEAR_MIN = 0.965
 CLEAR_MATCH = 0.998  # a whole-frame match this good needs no other alignment
-OVERLAY_GAIN = 0.01  # leaving a corner out must raise the score this much to be called an overlay
-CROP_GAIN = 0.002  # a crop alignment must beat the whole frame by this much to be called a crop
-OVERLAY_MIN = 0.975
-# Photometric sanity: an edit may brighten or darken, not turn a dark image into a light one.
-MAX_MEAN_SHIFT = 64.0
-MAX_STD_RATIO = 2.5
+MIN_CORR = 0.5  # below this at every alignment a pair is judged at the whole frame only
 CHROMA_MIN = 6.0  # mean chroma (of 128) from which an image counts as clearly coloured
 MAX_HUE_ANGLE = 30.0  # degrees between the mean colours of two clearly coloured copies
 
 KINDS = ("exact", "near", "crop", "overlay")
 
 
-# ---- comparison ------------------------------------------------------------------------------
+# ---- alignment ------------------------------------------------------------------------------
 
 
 def _gauss_matrix(sigma: float) -> np.ndarray:
@@ -139,17 +126,6 @@ def _corr(s: np.ndarray, n: float) -> np.ndarray:
     vy = syy - sy * sy / n
     cov = sxy - sx * sy / n
     return cov / np.sqrt(np.maximum(vx * vy, 1e-9))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    accepted: np.ndarray  # bool (B,)
-    kind: np.ndarray  # object (B,): near | crop | overlay, None when rejected
-    score: np.ndarray  # float32 (B,): the correlation that accepted it, or the best seen
-    crop: np.ndarray  # float32 (B,): fraction off each side of the alignment (0 for the whole frame)
-    corner: np.ndarray  # int8 (B,): corner block left out (-1: none)
-    full: np.ndarray | None = None  # float32 (B,): best whole-frame correlation over the alignments
-    rest: np.ndarray | None = None  # float32 (B,): best correlation with a corner block left out
 
 
 # An alignment: the span of each image, per axis, that shows the same content, as fractions:
@@ -348,6 +324,312 @@ def _profile_alignments(a: np.ndarray, b: np.ndarray, aspect_ratio: np.ndarray) 
     return [first, second]
 
 
+# ---- identity: are the aligned pixels the same, apart from one compact region? ---------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The parameters of the identity rule (module docstring), chosen on the tuning half of
+    tests/benchmarks/bench_dedupe_quality.py and reported on its held-back half."""
+
+    luma_tol: float = 12.0  # grey levels a pixel may differ beyond its half-pixel envelope
+    chroma_tol: float = 16.0  # the same for Cb and Cr (of 128), when both images are coloured
+    cell_min: int = 3  # differing pixels (of CELL_PX^2) that make a cell differ
+    region_max: float = 0.30  # the one differing region's bounding box, share of the frame
+    hidden_max: float = 0.50  # share of the content the region may cover
+    stray_max: float = 0.004  # differing pixels outside the region, share of the frame
+    hidden_small: float = 0.10  # a region hiding more of the content than this ...
+    fill_min: float = 0.65  # ... must differ over at least this share of its box
+
+
+DEFAULT_RULE = Rule()
+
+
+def tuning_grid() -> list[Rule]:
+    """The rules the benchmark chooses from (the default among them)."""
+    base = DEFAULT_RULE
+    out = []
+    for luma_tol in (6.0, 8.0, 12.0):
+        for hidden_max in (0.4, 0.5):
+            for fill_min in (0.5, 0.65, 0.8):
+                for stray_max in (0.004, 0.01):
+                    out.append(replace(base, luma_tol=luma_tol, hidden_max=hidden_max, fill_min=fill_min,
+                                       stray_max=stray_max))
+    return out
+
+
+CELL_PX = 8  # the differing area is read in cells of CELL_PX x CELL_PX detail pixels
+CELLS = DETAIL_SIDE // CELL_PX
+BG_TOL = 10.0  # grey levels from the border's median that still count as background
+BG_MIN = 0.25  # an image whose background is less than this share of the frame is all content
+TONE_BINS = 16  # the tone curve between a pair (brightness, contrast, gamma, clipping) has this many steps
+TONE_KEEP = 24.0  # grey levels from a bin's first mean that count towards its second
+TONE_MIN_COUNT = 4  # pixels a bin needs to be read (else it comes from its neighbours)
+GREY_CHROMA = 4  # an image whose chroma never leaves 128 by more than this is grey
+
+
+def split_signature(sig: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B, THUMB_BYTES) uint8 signatures -> luma (B, 128, 128), Cb and Cr (B, 32, 32)."""
+    sig = np.asarray(sig, np.uint8).reshape(-1, THUMB_BYTES)
+    n, ls, cs = sig.shape[0], DETAIL_SIDE * DETAIL_SIDE, CHROMA_SIDE * CHROMA_SIDE
+    return (sig[:, :ls].reshape(n, DETAIL_SIDE, DETAIL_SIDE), sig[:, ls:ls + cs].reshape(n, CHROMA_SIDE, CHROMA_SIDE),
+            sig[:, ls + cs:].reshape(n, CHROMA_SIDE, CHROMA_SIDE))
+
+
+def _positions(lo: np.ndarray, hi: np.ndarray, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where side evenly spaced samples of the span lo..hi (fractions) fall on a side-pixel axis:
+    (lower pixel (B, side) int, weight of the next one (B, side, float32))."""
+    lo, hi = np.asarray(lo, np.float64) * side, np.asarray(hi, np.float64) * side
+    x = np.clip(lo[:, None] + (np.arange(side) + 0.5)[None, :] * (hi - lo)[:, None] / side - 0.5, 0, side - 1)
+    i0 = np.minimum(np.floor(x).astype(np.int64), side - 2)
+    return i0, (x - i0).astype(np.float32)
+
+
+def _warp(t: np.ndarray, al: np.ndarray, image: int) -> np.ndarray:
+    """Images t (B, s, s) float32 resampled (bilinear, one axis after the other) over their
+    alignment spans (image 0: a, 1: b)."""
+    side = t.shape[-1]
+    o = 4 * image
+    whole = np.all(al[:, o:o + 4] == np.array([0.0, 1.0, 0.0, 1.0], np.float32), axis=1)
+    if whole.all():
+        return t
+    out = t.copy()
+    idx = np.flatnonzero(~whole)
+    part = t[idx]
+    r0, rf = _positions(al[idx, o + 2], al[idx, o + 3], side)
+    c0, cf = _positions(al[idx, o], al[idx, o + 1], side)
+    top = np.take_along_axis(part, r0[:, :, None], axis=1)
+    bottom = np.take_along_axis(part, r0[:, :, None] + 1, axis=1)
+    rows = top + rf[:, :, None] * (bottom - top)
+    left = np.take_along_axis(rows, c0[:, None, :], axis=2)
+    right = np.take_along_axis(rows, c0[:, None, :] + 1, axis=2)
+    out[idx] = left + cf[:, None, :] * (right - left)
+    return out
+
+
+def _envelope(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pixel, the lowest and highest value within half a pixel (x and its means with each of
+    its four neighbours): what a sub-pixel shift of the same picture can show there."""
+    p = np.pad(x, ((0, 0), (1, 1), (1, 1)), mode="edge")
+    c = p[:, 1:-1, 1:-1]
+    halves = [(c + p[:, 1:-1, :-2]) * 0.5, (c + p[:, 1:-1, 2:]) * 0.5, (c + p[:, :-2, 1:-1]) * 0.5, (c + p[:, 2:, 1:-1]) * 0.5]
+    lo, hi = c.copy(), c.copy()
+    for h in halves:
+        np.minimum(lo, h, out=lo)
+        np.maximum(hi, h, out=hi)
+    return lo, hi
+
+
+def _residual(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """How far each pixel of y lies outside x's half-pixel envelope and x outside y's, the
+    smaller of the two: noise and sub-pixel shifts stay near 0, content one image lacks does not."""
+    xl, xh = _envelope(x)
+    yl, yh = _envelope(y)
+    r1 = np.maximum(np.maximum(y - xh, xl - y), 0)
+    r2 = np.maximum(np.maximum(x - yh, yl - x), 0)
+    return np.minimum(r1, r2)
+
+
+def _toned(x: np.ndarray, y: np.ndarray, use: np.ndarray | None = None) -> np.ndarray:
+    """x mapped through the tone curve from x's values to y's, per pair: TONE_BINS bins of x's
+    value, in each the mean of y, then again over the pixels within TONE_KEEP of it (an overlay or a
+    differing region does not pull it), made non-decreasing, and read between the bins' mean x
+    values (bins with fewer than TONE_MIN_COUNT pixels are skipped). Brightness, contrast, gamma
+    and the clipping a brightness edit causes are all such a curve; other content is not."""
+    n = x.shape[0]
+    xf, yf = x.reshape(n, -1), y.reshape(n, -1)
+    key = (np.clip(xf * (TONE_BINS / 256.0), 0, TONE_BINS - 1).astype(np.int64) + np.arange(n)[:, None] * TONE_BINS).ravel()
+    xr, yr = xf.ravel(), yf.ravel()
+    size = n * TONE_BINS
+    w = None if use is None else use.ravel().astype(np.float64)
+    count = np.bincount(key, weights=w, minlength=size)
+    mean = np.bincount(key, weights=yr if w is None else yr * w, minlength=size) / np.maximum(count, 1)
+    keep = np.abs(yr - mean[key]) <= TONE_KEEP
+    if use is not None:
+        keep &= use.ravel()
+    count = np.bincount(key[keep], minlength=size)
+    mean = np.bincount(key[keep], weights=yr[keep], minlength=size) / np.maximum(count, 1)
+    at = np.bincount(key[keep], weights=xr[keep], minlength=size) / np.maximum(count, 1)
+    ok = (count >= TONE_MIN_COUNT).reshape(n, TONE_BINS)
+    curve = np.where(ok, mean.reshape(n, TONE_BINS), -np.inf)
+    curve = np.maximum.accumulate(curve, axis=1)  # non-decreasing over the bins that are read
+    # One np.interp for every pair: pair i's knots and values shifted by i * SPAN, with knots at
+    # both ends of its range so that no pair reads its neighbour's.
+    first = np.where(ok.any(1), np.take_along_axis(curve, ok.argmax(1)[:, None], axis=1)[:, 0], 0.0)
+    last = np.where(ok.any(1), curve.max(axis=1), 0.0)
+    shift = np.arange(n, dtype=np.float64) * 512.0
+    kx = np.concatenate([np.stack([shift - 1.0], 1), np.where(ok, at.reshape(n, TONE_BINS), np.nan) + shift[:, None],
+                         np.stack([shift + 256.0], 1)], axis=1)
+    ky = np.concatenate([first[:, None], curve, last[:, None]], axis=1)
+    keep_knot = np.isfinite(kx) & np.isfinite(ky)
+    keep_knot[~ok.any(1)] = False
+    kx, ky = kx[keep_knot], ky[keep_knot]
+    if kx.size == 0:
+        return x
+    out = np.interp((xf + shift[:, None].astype(np.float32)).ravel(), kx, ky).reshape(x.shape).astype(np.float32)
+    out[~ok.any(1)] = x[~ok.any(1)]
+    return out
+
+
+def _differs(x: np.ndarray, y: np.ndarray, tol: float) -> np.ndarray:
+    """Pixels that differ by more than tol beyond the half-pixel envelope once the tone curve is
+    applied, read both ways (x's curve onto y, y's onto x) and kept from the way with fewer: the
+    verdict does not depend on which image comes first."""
+    n = x.shape[0]
+    out = _residual(_toned(x, y), y) > tol
+    count = out.reshape(n, -1).sum(1)
+    idx = np.flatnonzero(count > 0)
+    if idx.size:
+        # Fit again on the pixels that matched (an overlay's pixels pull the first curve), and the
+        # other way round; the reading with the fewest differing pixels stands.
+        again = _residual(_toned(x[idx], y[idx], ~out[idx]), y[idx]) > tol
+        backward = _residual(x[idx], _toned(y[idx], x[idx], ~out[idx])) > tol
+        for other in (again, backward):
+            c = other.reshape(idx.size, -1).sum(1)
+            fewer = c < count[idx]
+            out[idx[fewer]] = other[fewer]
+            count[idx[fewer]] = c[fewer]
+    return out
+
+
+def _background(luma: np.ndarray) -> np.ndarray:
+    """(B, s, s) bool: pixels of the frame's background (the border's median grey, locally flat);
+    none where the background is under BG_MIN of the frame (a photo: all of it is content)."""
+    n = luma.shape[0]
+    ring = np.concatenate([luma[:, 0, :], luma[:, -1, :], luma[:, 1:-1, 0], luma[:, 1:-1, -1]], axis=1)
+    bg = np.median(ring, axis=1)
+    lo, hi = _envelope(luma)
+    is_bg = (np.abs(luma - bg[:, None, None]) <= BG_TOL) & (hi - lo <= BG_TOL)
+    share = is_bg.reshape(n, -1).mean(1)
+    is_bg[share < BG_MIN] = False
+    return is_bg
+
+
+def _cells(mask: np.ndarray) -> np.ndarray:
+    """(B, 128, 128) bool -> (B, CELLS, CELLS) counts of true pixels per cell."""
+    n = mask.shape[0]
+    return mask.reshape(n, CELLS, CELL_PX, CELLS, CELL_PX).sum(axis=(2, 4))
+
+
+def _largest_component(cells: np.ndarray) -> np.ndarray:
+    """(B, C, C) bool -> the largest group of cells (8-connected, after joining cells one empty
+    cell apart) per image, as a bool mask over the original cells."""
+    n, c, _ = cells.shape
+    p = np.pad(cells, ((0, 0), (1, 1), (1, 1)))
+    grown = cells.copy()
+    for dy in (0, 1, 2):
+        for dx in (0, 1, 2):
+            grown |= p[:, dy:dy + c, dx:dx + c]
+    big = np.int32(c * c + 1)
+    label = np.where(grown, np.arange(1, c * c + 1, dtype=np.int32).reshape(1, c, c), big)
+    while True:
+        q = np.pad(label, ((0, 0), (1, 1), (1, 1)), constant_values=big)
+        low = label.copy()
+        for dy in (0, 1, 2):
+            for dx in (0, 1, 2):
+                np.minimum(low, q[:, dy:dy + c, dx:dx + c], out=low)
+        low = np.where(grown, low, big)
+        if np.array_equal(low, label):
+            break
+        label = low
+    label = np.where(cells, label, 0).reshape(n, -1)
+    counts = np.zeros((n, c * c + 2), np.int32)
+    np.add.at(counts, (np.repeat(np.arange(n), c * c), label.ravel()), 1)
+    counts[:, 0] = 0
+    best = counts.argmax(axis=1)
+    return (label == best[:, None]).reshape(n, c, c) & cells
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the residual map of aligned pairs says (arrays over the pairs)."""
+
+    accepted: np.ndarray  # bool: the same pixels, apart from at most one compact region
+    region: np.ndarray  # bool: a region differs (an overlay); False for an identical frame
+    score: np.ndarray  # float32: the share of the content that is the same
+    differing: np.ndarray  # float32: differing pixels, share of the frame
+    box: np.ndarray  # int (B, 4): the region's cells y0, y1, x0, x1 (end exclusive); 0s for none
+    box_share: np.ndarray  # float32: the region's bounding box, share of the frame
+    hidden: np.ndarray  # float32: share of the content inside that box
+    fill: np.ndarray  # float32: share of what one image shows inside the region's tight box that differs
+    stray: np.ndarray  # float32: differing pixels outside the region, share of the frame
+
+
+def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE) -> Identity:
+    """Compare the pixels of signature pairs (a[i], b[i], (B, THUMB_BYTES)) at their alignments
+    (B, 8): luma with each pixel's half-pixel envelope after the best brightness/contrast line,
+    chroma too when both are coloured; then the differing cells, their largest group, its
+    bounding box and the content it covers."""
+    n = len(a)
+    al = np.asarray(aligns, np.float32).reshape(n, 8)
+    la, cba, cra = split_signature(a)
+    lb, cbb, crb = split_signature(b)
+    xa = _warp(la.astype(np.float32), al, 0)
+    xb = _warp(lb.astype(np.float32), al, 1)
+    diff = _differs(xa, xb, rule.luma_tol)
+    coloured = (np.abs(cba.astype(np.int16) - 128).reshape(n, -1).max(1) > GREY_CHROMA) & \
+               (np.abs(cbb.astype(np.int16) - 128).reshape(n, -1).max(1) > GREY_CHROMA)
+    coloured |= (np.abs(cra.astype(np.int16) - 128).reshape(n, -1).max(1) > GREY_CHROMA) & \
+                (np.abs(crb.astype(np.int16) - 128).reshape(n, -1).max(1) > GREY_CHROMA)
+    if coloured.any():
+        idx = np.flatnonzero(coloured)
+        cdiff = np.zeros((len(idx), CHROMA_SIDE, CHROMA_SIDE), bool)
+        for pa_, pb_ in ((cba, cbb), (cra, crb)):
+            ya = _warp(pa_[idx].astype(np.float32), al[idx], 0)
+            yb = _warp(pb_[idx].astype(np.float32), al[idx], 1)
+            # A brightness edit scales chroma and clips saturated channels: chroma has its own
+            # curve; it is non-decreasing, so a recolouring (blue to orange beside a neutral
+            # background) is not one.
+            cdiff |= _differs(ya, yb, rule.chroma_tol)
+        up = np.repeat(np.repeat(cdiff, DETAIL_SIDE // CHROMA_SIDE, axis=1), DETAIL_SIDE // CHROMA_SIDE, axis=2)
+        diff[idx] |= up
+    bg_a, bg_b = _background(xa), _background(xb)
+    content = ~(bg_a & bg_b)
+    content_px = np.maximum(content.reshape(n, -1).sum(1), 1)
+    diff_px = diff.reshape(n, -1).sum(1)
+    counts = _cells(diff)
+    cells = counts >= rule.cell_min
+    main = _largest_component(cells)
+    any_cell = main.reshape(n, -1).any(1)
+    ys, xs = main.any(axis=2), main.any(axis=1)
+    y0, y1 = ys.argmax(1), CELLS - ys[:, ::-1].argmax(1)
+    x0, x1 = xs.argmax(1), CELLS - xs[:, ::-1].argmax(1)
+    y0, y1, x0, x1 = (np.where(any_cell, v, 0) for v in (y0, y1, x0, x1))
+    inside = np.zeros((n, CELLS, CELLS), bool)
+    r = np.arange(CELLS)
+    inside |= ((r[None, :, None] >= y0[:, None, None]) & (r[None, :, None] < y1[:, None, None])
+               & (r[None, None, :] >= x0[:, None, None]) & (r[None, None, :] < x1[:, None, None]))
+    box_share = ((y1 - y0) * (x1 - x0) / (CELLS * CELLS)).astype(np.float32)
+    # What the region hides of each image's own content; the original is the one it hides less of
+    # (the other's count includes the overlay itself).
+    hidden = np.minimum(*((_cells(~bg) * inside).reshape(n, -1).sum(1) / np.maximum((~bg).reshape(n, -1).sum(1), 1)
+                          for bg in (bg_a, bg_b)))
+    stray = (counts * (cells & ~inside)).reshape(n, -1).sum(1) / float(DETAIL_SIDE * DETAIL_SIDE)
+    # The fill is read on the region's tight pixel box (a cell-aligned box would dilute it).
+    inside_px = np.repeat(np.repeat(inside, CELL_PX, axis=1), CELL_PX, axis=2) & diff
+    py, px = inside_px.any(axis=2), inside_px.any(axis=1)
+    ty0, ty1 = py.argmax(1), DETAIL_SIDE - py[:, ::-1].argmax(1)
+    tx0, tx1 = px.argmax(1), DETAIL_SIDE - px[:, ::-1].argmax(1)
+    r = np.arange(DETAIL_SIDE)
+    box_px = ((r[None, :, None] >= ty0[:, None, None]) & (r[None, :, None] < ty1[:, None, None])
+              & (r[None, None, :] >= tx0[:, None, None]) & (r[None, None, :] < tx1[:, None, None]))
+    # What an image shows inside the box: an overlay changes nearly all of it, in one of the two.
+    fill = np.zeros(n)
+    for bg in (bg_a, bg_b):
+        shown = box_px & ~bg
+        fill = np.maximum(fill, (shown & diff).reshape(n, -1).sum(1) / np.maximum(shown.reshape(n, -1).sum(1), 1))
+    fill = np.where(any_cell, fill, 0.0)
+    same = ~any_cell
+    # An overlay covers what it hides: a region that hides much of the content must differ nearly
+    # all over (a bar, an opaque box); content rearranged inside one area (slices of another size)
+    # differs only in part of it.
+    covers = (hidden <= rule.hidden_small) | (fill >= rule.fill_min)
+    overlay = any_cell & (box_share <= rule.region_max) & (hidden <= rule.hidden_max) & (stray <= rule.stray_max) & covers
+    score = np.clip(1 - (diff & content).reshape(n, -1).sum(1) / content_px, 0, 1).astype(np.float32)
+    return Identity(same | overlay, overlay, score, (diff_px / float(DETAIL_SIDE * DETAIL_SIDE)).astype(np.float32),
+                    np.stack([y0, y1, x0, x1], 1), box_share, hidden.astype(np.float32), fill.astype(np.float32),
+                    stray.astype(np.float32),
+)
 def same_hue(chroma_a: np.ndarray, chroma_b: np.ndarray) -> np.ndarray:
     """False where both images are clearly coloured and their mean colours point different ways
     (an edit may brighten, grey out or re-encode, not recolour)."""
@@ -359,74 +641,132 @@ def same_hue(chroma_a: np.ndarray, chroma_b: np.ndarray) -> np.ndarray:
     return ~coloured | (cos >= np.cos(np.radians(MAX_HUE_ANGLE)))
 
 
-def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
-            chroma_a: np.ndarray | None = None, chroma_b: np.ndarray | None = None) -> Verdict:
-    """Judge pairs of thumbnails: a and b are (B, 64, 64) uint8, pair i is (a[i], b[i]).
-    `aspect_a`/`aspect_b` (width / height of the original images) enable the search for crops
-    that are not central (without them only central crops are tried); `chroma_a`/`chroma_b`
-    ((B, 2) mean Cb, Cr - 128) reject pairs of clearly different colour."""
-    a = np.asarray(a, np.uint8).reshape(-1, SIDE, SIDE)
-    b = np.asarray(b, np.uint8).reshape(-1, SIDE, SIDE)
-    n = a.shape[0]
-    kind = np.full(n, None, dtype=object)
-    crop = np.zeros(n, np.float32)
-    corner = np.full(n, -1, np.int8)
-    if n == 0:
-        return Verdict(np.zeros(0, bool), kind, np.zeros(0, np.float32), crop, corner)
+@dataclass(frozen=True)
+class Verdict:
+    accepted: np.ndarray  # bool (B,)
+    kind: np.ndarray  # object (B,): near | crop | overlay, None when refused
+    score: np.ndarray  # float32 (B,): share of the content that is the same, at the alignment judged
+    crop: np.ndarray  # float32 (B,): fraction off the most cropped side of that alignment (0: whole frame)
+    align: np.ndarray  # float32 (B, 8): that alignment (a_x0, a_x1, a_y0, a_y1, b_x0, b_x1, b_y0, b_y1)
+    identity: Identity | None = None  # the residual map's figures at that alignment
+    correlation: np.ndarray | None = None  # float32 (B,): best correlation the alignment search saw
 
-    ma, mb = a.reshape(n, -1).mean(1), b.reshape(n, -1).mean(1)
-    sa, sb = a.reshape(n, -1).std(1), b.reshape(n, -1).std(1)
-    plausible = (np.abs(ma - mb) <= MAX_MEAN_SHIFT) & (np.maximum(sa, sb) <= MAX_STD_RATIO * np.maximum(np.minimum(sa, sb), 1e-6))
-    if chroma_a is not None and chroma_b is not None:
-        plausible &= same_hue(chroma_a, chroma_b)
-    af, bf = a.astype(np.float32), b.astype(np.float32)
+
+def _search(af: np.ndarray, bf: np.ndarray, plausible: np.ndarray, aspect_a, aspect_b) -> _Best:
+    """The alignment search (module docstring, step 1) over luma thumbnails (B, 64, 64) float32."""
+    n = af.shape[0]
     best = _Best(n)
 
     def unclear() -> np.ndarray:  # no clear whole-frame match yet
         return np.flatnonzero(plausible & (best.full < CLEAR_MATCH))
 
-    # 1. The whole frame, then central crops both ways. A pair stops early only on a clear match;
-    #    otherwise every alignment is tried, so `kind` names the one that fits best.
-    for c in (0.0, *[s * c for c in CROPS for s in (1, -1)]):
-        _try(best, unclear(), af, bf, WHOLE if c == 0 else _symmetric(c))
-        if c == 0.0:
-            whole_frame = best.full.copy()
-    # 2. Any crop (off-centre, one side, other amounts per axis): its span on each axis from the
-    #    1-D profiles, then scored in 2-D.
+    _try(best, np.flatnonzero(plausible), af, bf, WHOLE)
+    for c in [s * c for c in CROPS for s in (1, -1)]:
+        _try(best, unclear(), af, bf, _symmetric(c))
     idx = unclear()
     if idx.size and aspect_a is not None and aspect_b is not None:
         ratio = np.asarray(aspect_b, np.float64)[idx] / np.asarray(aspect_a, np.float64)[idx]
         for aligns in _profile_alignments(af[idx], bf[idx], ratio):
             _try_each(best, idx, af, bf, aligns)
-    # 3. Fine: a sub-pixel shift and a half-percent more or less around the best alignment, for
-    #    pairs that came close (a JPEG decoded at reduced scale sits a fraction of a pixel off).
-    idx = np.flatnonzero(plausible & (best.full < NEAR_MIN) & (best.corner < OVERLAY_MIN))
-    idx = idx[np.maximum(best.full[idx], best.corner[idx]) >= REFINE_FROM]
-    if idx.size:
-        start = [tuple(float(v) for v in best.full_at[i]) for i in idx]
-        step = REFINE_SHIFT / SIDE
-        for ds in (-REFINE_CROP, 0.0, REFINE_CROP):
-            for dx in (-step, 0.0, step):
-                for dy in (-step, 0.0, step):
-                    if ds == dx == dy == 0.0:
-                        continue
-                    _try_each(best, idx, af, bf, [_nudge(al, ds, dx, dy) for al in start])
+    return best
 
-    # The rule that explains the pair best: an overlay when leaving a corner out clearly helps,
-    # else the whole frame (near) or a crop when the crop alignment clearly fits better.
-    overlay = plausible & (best.corner >= OVERLAY_MIN) & ((best.full < NEAR_MIN) | (best.corner - best.full >= OVERLAY_GAIN))
-    near = plausible & ~overlay & (best.full >= NEAR_MIN)
-    crop_full = np.array([_crop_of(al) for al in best.full_at], np.float32)
-    crop_corner = np.array([_crop_of(al) for al in best.corner_at], np.float32)
-    is_crop = (crop_full >= MIN_CROP) & ((best.full - whole_frame >= CROP_GAIN) | (whole_frame < NEAR_MIN))
-    kind[near] = np.where(is_crop[near], "crop", "near")
-    kind[overlay] = "overlay"
-    score = np.where(overlay, best.corner, np.maximum(best.full, np.minimum(best.corner, OVERLAY_MIN - 1e-4)))
-    score[near] = best.full[near]
-    crop[near] = np.where(is_crop[near], crop_full[near], 0.0)
-    crop[overlay] = crop_corner[overlay]
-    corner[overlay] = best.corner_idx[overlay]
-    return Verdict(near | overlay, kind, np.clip(score, -1.0, 1.0).astype(np.float32), crop, corner, best.full, best.corner)
+
+def _refine(best: _Best, idx: np.ndarray, af: np.ndarray, bf: np.ndarray) -> None:
+    """A quarter-pixel shift and half a percent more or less around each pair's best alignment."""
+    if idx.size == 0:
+        return
+    start = [tuple(float(v) for v in best.full_at[i]) for i in idx]
+    step = REFINE_SHIFT / SIDE
+    for ds in (-REFINE_CROP, 0.0, REFINE_CROP):
+        for dx in (-step, 0.0, step):
+            for dy in (-step, 0.0, step):
+                if ds == dx == dy == 0.0:
+                    continue
+                _try_each(best, idx, af, bf, [_nudge(al, ds, dx, dy) for al in start])
+
+
+def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
+            chroma_a: np.ndarray | None = None, chroma_b: np.ndarray | None = None,
+            rule: Rule = DEFAULT_RULE) -> Verdict:
+    """Judge pairs of signatures: a and b are (B, THUMB_BYTES) uint8 (hashing.HashedImage.thumb),
+    pair i is (a[i], b[i]). `aspect_a`/`aspect_b` (width / height of the original images) enable
+    the search for crops that are not central; `chroma_a`/`chroma_b` ((B, 2) mean Cb, Cr - 128)
+    refuse pairs of clearly different colour."""
+    a = np.asarray(a, np.uint8).reshape(-1, THUMB_BYTES)
+    b = np.asarray(b, np.uint8).reshape(-1, THUMB_BYTES)
+    n = a.shape[0]
+    kind = np.full(n, None, dtype=object)
+    if n == 0:
+        z = np.zeros(0, np.float32)
+        return Verdict(np.zeros(0, bool), kind, z, z, np.zeros((0, 8), np.float32))
+    la, lb = _reduce(split_signature(a)[0]), _reduce(split_signature(b)[0])
+    plausible = np.ones(n, bool)
+    best = _search(la, lb, plausible, aspect_a, aspect_b)
+    corr = np.maximum(best.full, best.corner)
+    judged = plausible
+
+    # Each pair is judged at the whole frame, then (while it is not an identical frame) at the best
+    # alignment, at the best with a corner left out, and at a refined alignment: the first that
+    # shows an identical frame wins, else one that shows one overlay, else the best score (review).
+    rank = np.full(n, -1.0)
+    align = np.tile(np.array(WHOLE, np.float32), (n, 1))
+    figures = _spread(None, np.zeros(0, np.int64), n)
+
+    def judge(idx: np.ndarray, aligns: np.ndarray) -> None:
+        if idx.size == 0:
+            return
+        r = identity(a[idx], b[idx], aligns, rule)
+        new_rank = np.where(r.accepted & ~r.region, 3.0, np.where(r.accepted, 2.0, 0.0)) + r.score
+        better = new_rank > rank[idx]
+        pos = idx[better]
+        rank[pos] = new_rank[better]
+        align[pos] = aligns[better]
+        for f in Identity.__dataclass_fields__:
+            getattr(figures, f)[pos] = getattr(r, f)[better]
+
+    def moved(aligns: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return np.any(np.abs(aligns[idx] - align[idx]) > 1e-6, axis=1)
+
+    judge(np.flatnonzero(judged), np.tile(np.array(WHOLE, np.float32), (int(judged.sum()), 1)))
+    for at in (best.full_at, best.corner_at):
+        idx = np.flatnonzero(judged & (rank < 3) & (corr >= MIN_CORR))
+        idx = idx[moved(at, idx)]
+        judge(idx, at[idx])
+    idx = np.flatnonzero(judged & (rank < 2) & (corr >= REFINE_FROM) & (best.full < CLEAR_MATCH))
+    if idx.size:
+        _refine(best, idx, la, lb)
+        idx = idx[moved(best.full_at, idx)]
+        judge(idx, best.full_at[idx])
+
+    accepted = figures.accepted & judged
+    score = np.where(judged, figures.score, 0.0).astype(np.float32)
+    crop = np.array([_crop_of(al) for al in align], np.float32)
+    # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
+    region = figures.region & (figures.differing >= MIN_OVERLAY)
+    kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
+    kind[~accepted] = None
+    crop[~accepted] = 0.0
+    return Verdict(accepted, kind, score, crop, align, figures, corr.astype(np.float32))
+
+
+def _reduce(detail: np.ndarray) -> np.ndarray:
+    """(B, 128, 128) uint8 luma -> (B, 64, 64) float32 (2x2 means): what the alignment search reads."""
+    n, f = detail.shape[0], DETAIL_SIDE // SIDE
+    return detail.reshape(n, SIDE, f, SIDE, f).mean(axis=(2, 4), dtype=np.float32)
+
+
+def _spread(part: Identity | None, idx: np.ndarray, n: int) -> Identity:
+    """Figures of the pairs idx onto all n pairs (zeros for the rest)."""
+    shapes = {"box": (4,)}
+    out = {}
+    for f in Identity.__dataclass_fields__:
+        v = getattr(part, f) if part is not None else None
+        dtype = v.dtype if v is not None else (bool if f in ("accepted", "region") else np.int64 if f == "box" else np.float32)
+        full = np.zeros((n, *shapes.get(f, ())), dtype)
+        if v is not None:
+            full[idx] = v
+        out[f] = full
+    return Identity(**out)
 
 
 def _nudge(al: tuple, ds: float, dx: float, dy: float) -> tuple:
@@ -439,30 +779,40 @@ def _nudge(al: tuple, ds: float, dx: float, dy: float) -> tuple:
     return tuple(out)
 
 
-CORNER_NAMES = tuple(
-    f"{'top' if y == 0 else 'bottom'}-{'left' if x == 0 else 'right'} {w}x{h} cells"
-    for w, h in ((3, 2), (2, 3)) for y in (0, GRID - h) for x in (0, GRID - w)
-)
 
 
 def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_b: float | None = None,
-            chroma_a=None, chroma_b=None) -> dict:
-    """Every number behind the verdict on one pair of thumbnails, for `rewardhouse dedupe --explain`."""
+            chroma_a=None, chroma_b=None, rule: Rule = DEFAULT_RULE) -> dict:
+    """Every number behind the verdict on one pair of signatures, for `rewardhouse dedupe --explain`."""
     aspects = (np.array([aspect_a]), np.array([aspect_b])) if aspect_a and aspect_b else (None, None)
     chromas = (np.array([chroma_a]), np.array([chroma_b])) if chroma_a is not None and chroma_b is not None else (None, None)
-    v = compare(a[None], b[None], *aspects, *chromas)
-    sa, sb = float(a.std()), float(b.std())
-    return {
+    v = compare(a[None], b[None], *aspects, *chromas, rule=rule)
+    la, lb = _reduce(split_signature(a)[0])[0], _reduce(split_signature(b)[0])[0]
+    sa, sb = float(la.std()), float(lb.std())
+    f = v.identity
+    out = {
         "accepted": bool(v.accepted[0]),
         "kind": v.kind[0],
         "score": round(float(v.score[0]), 4),
-        "crop_per_side": float(v.crop[0]),
-        "corner_left_out": CORNER_NAMES[v.corner[0]] if v.corner[0] >= 0 else None,
+        "crop_per_side": round(float(_crop_of(v.align[0])), 3),
+        "correlation": round(float(v.correlation[0]), 4) if v.correlation is not None else None,
         "flat": (sa < FLAT_STD, sb < FLAT_STD),
-        "mean_grey": (round(float(a.mean()), 1), round(float(b.mean()), 1)),
+        "mean_grey": (round(float(la.mean()), 1), round(float(lb.mean()), 1)),
         "std_grey": (round(sa, 1), round(sb, 1)),
-        "thresholds": {"near/crop": NEAR_MIN, "overlay": OVERLAY_MIN},
+        "rule": rule,
         "same_hue": bool(same_hue(np.array([chroma_a]), np.array([chroma_b]))[0]) if chromas[0] is not None else None,
         "mean_chroma": (tuple(round(float(x), 1) for x in chroma_a), tuple(round(float(x), 1) for x in chroma_b))
         if chromas[0] is not None else None,
+        "judged": bool(same_hue(np.array([chroma_a]), np.array([chroma_b]))[0]) if chromas[0] is not None else True,
     }
+    if out["judged"]:
+        y0, y1, x0, x1 = (int(x) * CELL_PX for x in f.box[0])
+        out.update({
+            "differing": round(float(f.differing[0]), 4),
+            "region": (f"rows {y0}-{y1}, columns {x0}-{x1} of {DETAIL_SIDE}" if f.box_share[0] > 0 else None),
+            "region_share": round(float(f.box_share[0]), 3),
+            "hidden": round(float(f.hidden[0]), 3),
+            "fill": round(float(f.fill[0]), 3),
+            "stray": round(float(f.stray[0]), 4),
+        })
+    return out
