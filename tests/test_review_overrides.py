@@ -44,7 +44,7 @@ def test_not_duplicates_splits_an_accepted_pair_and_its_contamination(tmp_path):
     assert contamination["train_image_key"].to_pylist() == ["copy.jpg"]
     (row,) = result.applied.to_pylist()
     assert row["number"] == 1 and row["decision"] == "not_duplicates" and row["applied"] is True
-    assert row["effect"].startswith("applied: verification had accepted the pair (crop, score 0.9")
+    assert row["effect"].startswith("applied: verification had accepted the pair (crop, score ")
     assert row["reason"] == "different crop, different figure"
 
 
