@@ -231,8 +231,11 @@ def test_kind_distance_and_cluster_id_of_members():
     """Through the engine: identical bytes are exact, a verified copy near, an unrelated image alone."""
     from pipeline.dedupe.engine import dedupe
 
-    texture = np.random.default_rng(3).integers(0, 255, (64, 64), dtype=np.uint8)
-    other = np.random.default_rng(4).integers(0, 255, (64, 64), dtype=np.uint8)
+    from pipeline.dedupe.hashing import CHROMA_SIDE, DETAIL_SIDE
+
+    grey = np.full(2 * CHROMA_SIDE * CHROMA_SIDE, 128, np.uint8)  # neutral chroma planes
+    texture = np.concatenate([np.random.default_rng(3).integers(0, 255, DETAIL_SIDE ** 2, dtype=np.uint8), grey])
+    other = np.concatenate([np.random.default_rng(4).integers(0, 255, DETAIL_SIDE ** 2, dtype=np.uint8), grey])
     rows = pa.table({
         "dataset": ["mmrb2", "visualprm", "visualprm", "visualprm"],
         "image_key": ["big", "copy", "edit", "alone"],
