@@ -135,7 +135,9 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
         lines.append("not a candidate: no route within the radius")
     e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr))
     r = e["rule"]
-    lines.append(f"alignment: best correlation {e['correlation']:.4f}, {e['crop_per_side'] * 100:.1f} % off the most "
+    searched = (f"best correlation {e['correlation']:.4f}" if e["correlation"] is not None
+                else "the whole frame (accepted there, no search)")
+    lines.append(f"alignment: {searched}, {e['crop_per_side'] * 100:.1f} % off the most "
                  f"cropped side; mean grey {e['mean_grey'][0]} vs {e['mean_grey'][1]}, spread {e['std_grey'][0]} vs "
                  f"{e['std_grey'][1]}")
     if e["judged"]:

@@ -358,6 +358,7 @@ def tuning_grid() -> list[Rule]:
     return out
 
 
+CHUNK = 64  # pairs judged at once: their 128 px images stay in the CPU's cache
 CELL_PX = 8  # the differing area is read in cells of CELL_PX x CELL_PX detail pixels
 CELLS = DETAIL_SIDE // CELL_PX
 BG_TOL = 10.0  # grey levels from the border's median that still count as background
@@ -407,36 +408,63 @@ def _warp(t: np.ndarray, al: np.ndarray, image: int) -> np.ndarray:
     return out
 
 
+def _warp8(t: np.ndarray, al: np.ndarray, image: int) -> np.ndarray:
+    """uint8 images resampled over their alignment spans (`_warp`), rounded back to uint8."""
+    o = 4 * image
+    if np.all(al[:, o:o + 4] == np.array([0.0, 1.0, 0.0, 1.0], np.float32)):
+        return np.ascontiguousarray(t)
+    return np.clip(np.rint(_warp(t.astype(np.float32), al, image)), 0, 255).astype(np.uint8)
+
+
 def _envelope(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pixel, the lowest and highest value within half a pixel (x and its means with each of
-    its four neighbours): what a sub-pixel shift of the same picture can show there."""
-    p = np.pad(x, ((0, 0), (1, 1), (1, 1)), mode="edge")
-    c = p[:, 1:-1, 1:-1]
-    halves = [(c + p[:, 1:-1, :-2]) * 0.5, (c + p[:, 1:-1, 2:]) * 0.5, (c + p[:, :-2, 1:-1]) * 0.5, (c + p[:, 2:, 1:-1]) * 0.5]
-    lo, hi = c.copy(), c.copy()
-    for h in halves:
-        np.minimum(lo, h, out=lo)
-        np.maximum(hi, h, out=hi)
+    """Per pixel of uint8 images (B, s, s), the lowest and highest value within half a pixel (x and
+    its means with each of its four neighbours, rounded outwards): what a sub-pixel shift of the
+    same picture can show there."""
+    w = x.astype(np.uint16)
+    h = w[:, :, 1:] + w[:, :, :-1]
+    v = w[:, 1:, :] + w[:, :-1, :]
+    hl, hh = (h >> 1).astype(np.uint8), ((h + 1) >> 1).astype(np.uint8)
+    vl, vh = (v >> 1).astype(np.uint8), ((v + 1) >> 1).astype(np.uint8)
+    lo, hi = x.copy(), x.copy()
+    for out, op, hx, vx in ((lo, np.minimum, hl, vl), (hi, np.maximum, hh, vh)):
+        op(out[:, :, 1:], hx, out=out[:, :, 1:])
+        op(out[:, :, :-1], hx, out=out[:, :, :-1])
+        op(out[:, 1:, :], vx, out=out[:, 1:, :])
+        op(out[:, :-1, :], vx, out=out[:, :-1, :])
     return lo, hi
 
 
-def _residual(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """How far each pixel of y lies outside x's half-pixel envelope and x outside y's, the
-    smaller of the two: noise and sub-pixel shifts stay near 0, content one image lacks does not."""
-    xl, xh = _envelope(x)
-    yl, yh = _envelope(y)
-    r1 = np.maximum(np.maximum(y - xh, xl - y), 0)
-    r2 = np.maximum(np.maximum(x - yh, yl - x), 0)
-    return np.minimum(r1, r2)
+class _Plane:
+    """One plane of a batch of aligned images (uint8) with its half-pixel envelope."""
+
+    def __init__(self, x: np.ndarray):
+        self.x = x
+        self.lo, self.hi = _envelope(x)
+        self.f = x.astype(np.float32)
 
 
-def _toned(x: np.ndarray, y: np.ndarray, use: np.ndarray | None = None) -> np.ndarray:
-    """x mapped through the tone curve from x's values to y's, per pair: TONE_BINS bins of x's
+def _residual(x: _Plane, y: _Plane, lut: np.ndarray) -> np.ndarray:
+    """How far each pixel of y lies outside the envelope of x mapped through `lut` (a monotone
+    curve maps a half-pixel envelope onto the mapped image's), and x's mapped pixel outside y's
+    envelope, the smaller of the two: noise and sub-pixel shifts stay near 0, content one image
+    lacks does not."""
+    tx, tlo, thi = _apply(x.x, lut), _apply(x.lo, lut), _apply(x.hi, lut)
+    r1 = np.maximum(np.maximum(y.f - thi, tlo - y.f), 0)
+    r2 = np.maximum(np.maximum(tx - y.hi, y.lo - tx), 0)
+    return np.minimum(r1, r2, out=r1)
+
+
+def _tone_lut(x: np.ndarray, y: np.ndarray, use: np.ndarray | None = None) -> np.ndarray:
+    """The tone curve from x's values to y's, per pair, as a (B, 256) table: TONE_BINS bins of x's
     value, in each the mean of y, then again over the pixels within TONE_KEEP of it (an overlay or a
-    differing region does not pull it), made non-decreasing, and read between the bins' mean x
-    values (bins with fewer than TONE_MIN_COUNT pixels are skipped). Brightness, contrast, gamma
-    and the clipping a brightness edit causes are all such a curve; other content is not."""
+    differing region does not pull it), made non-decreasing, read between the bins' mean x values
+    (bins with fewer than TONE_MIN_COUNT pixels are skipped; no bin read: the identity).
+    Brightness, contrast, gamma and the clipping a brightness edit causes are all such a curve;
+    other content is not. Fitted on every other pixel of images larger than 64 px."""
     n = x.shape[0]
+    if x.shape[-1] > 64:
+        x, y = x[:, ::2, ::2], y[:, ::2, ::2]
+        use = None if use is None else use[:, ::2, ::2]
     xf, yf = x.reshape(n, -1), y.reshape(n, -1)
     key = (np.clip(xf * (TONE_BINS / 256.0), 0, TONE_BINS - 1).astype(np.int64) + np.arange(n)[:, None] * TONE_BINS).ravel()
     xr, yr = xf.ravel(), yf.ravel()
@@ -453,37 +481,46 @@ def _toned(x: np.ndarray, y: np.ndarray, use: np.ndarray | None = None) -> np.nd
     ok = (count >= TONE_MIN_COUNT).reshape(n, TONE_BINS)
     curve = np.where(ok, mean.reshape(n, TONE_BINS), -np.inf)
     curve = np.maximum.accumulate(curve, axis=1)  # non-decreasing over the bins that are read
-    # One np.interp for every pair: pair i's knots and values shifted by i * SPAN, with knots at
+    # One np.interp for every pair: pair i's knots and values shifted by i * 512, with knots at
     # both ends of its range so that no pair reads its neighbour's.
-    first = np.where(ok.any(1), np.take_along_axis(curve, ok.argmax(1)[:, None], axis=1)[:, 0], 0.0)
-    last = np.where(ok.any(1), curve.max(axis=1), 0.0)
+    read = ok.any(1)
+    first = np.where(read, np.take_along_axis(curve, ok.argmax(1)[:, None], axis=1)[:, 0], 0.0)
+    last = np.where(read, curve.max(axis=1), 0.0)
     shift = np.arange(n, dtype=np.float64) * 512.0
-    kx = np.concatenate([np.stack([shift - 1.0], 1), np.where(ok, at.reshape(n, TONE_BINS), np.nan) + shift[:, None],
-                         np.stack([shift + 256.0], 1)], axis=1)
+    kx = np.concatenate([(shift - 1.0)[:, None], np.where(ok, at.reshape(n, TONE_BINS), np.nan) + shift[:, None],
+                         (shift + 256.0)[:, None]], axis=1)
     ky = np.concatenate([first[:, None], curve, last[:, None]], axis=1)
-    keep_knot = np.isfinite(kx) & np.isfinite(ky)
-    keep_knot[~ok.any(1)] = False
-    kx, ky = kx[keep_knot], ky[keep_knot]
-    if kx.size == 0:
-        return x
-    out = np.interp((xf + shift[:, None].astype(np.float32)).ravel(), kx, ky).reshape(x.shape).astype(np.float32)
-    out[~ok.any(1)] = x[~ok.any(1)]
+    knot = np.isfinite(kx) & np.isfinite(ky) & read[:, None]
+    grid = np.arange(256, dtype=np.float64)
+    lut = np.tile(grid.astype(np.float32), (n, 1))
+    if knot.any():
+        lut[read] = np.interp((grid[None, :] + shift[read, None]).ravel(), kx[knot], ky[knot]).reshape(-1, 256)
+    return lut
+
+
+def _apply(x: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """uint8 x (B, s, s) through its pair's table: float32."""
+    out = np.empty(x.shape, np.float32)
+    for i in range(x.shape[0]):  # one gather per image: uint8 indexes need no widening
+        np.take(lut[i], x[i], out=out[i])
     return out
 
 
-def _differs(x: np.ndarray, y: np.ndarray, tol: float) -> np.ndarray:
+def _differs(x: _Plane, y: _Plane, tol: float) -> np.ndarray:
     """Pixels that differ by more than tol beyond the half-pixel envelope once the tone curve is
     applied, read both ways (x's curve onto y, y's onto x) and kept from the way with fewer: the
     verdict does not depend on which image comes first."""
-    n = x.shape[0]
-    out = _residual(_toned(x, y), y) > tol
+    n = x.x.shape[0]
+    out = _residual(x, y, _tone_lut(x.f, y.f)) > tol
     count = out.reshape(n, -1).sum(1)
     idx = np.flatnonzero(count > 0)
     if idx.size:
         # Fit again on the pixels that matched (an overlay's pixels pull the first curve), and the
         # other way round; the reading with the fewest differing pixels stands.
-        again = _residual(_toned(x[idx], y[idx], ~out[idx]), y[idx]) > tol
-        backward = _residual(x[idx], _toned(y[idx], x[idx], ~out[idx])) > tol
+        xi, yi = _subset_plane(x, idx), _subset_plane(y, idx)
+        use = ~out[idx]
+        again = _residual(xi, yi, _tone_lut(xi.f, yi.f, use)) > tol
+        backward = _residual(yi, xi, _tone_lut(yi.f, xi.f, use)) > tol
         for other in (again, backward):
             c = other.reshape(idx.size, -1).sum(1)
             fewer = c < count[idx]
@@ -492,23 +529,30 @@ def _differs(x: np.ndarray, y: np.ndarray, tol: float) -> np.ndarray:
     return out
 
 
-def _background(luma: np.ndarray) -> np.ndarray:
+def _subset_plane(p: _Plane, idx: np.ndarray) -> _Plane:
+    q = _Plane.__new__(_Plane)
+    q.x, q.lo, q.hi, q.f = p.x[idx], p.lo[idx], p.hi[idx], p.f[idx]
+    return q
+
+
+def _background(plane: "_Plane") -> np.ndarray:
     """(B, s, s) bool: pixels of the frame's background (the border's median grey, locally flat);
     none where the background is under BG_MIN of the frame (a photo: all of it is content)."""
+    luma = plane.f
     n = luma.shape[0]
     ring = np.concatenate([luma[:, 0, :], luma[:, -1, :], luma[:, 1:-1, 0], luma[:, 1:-1, -1]], axis=1)
     bg = np.median(ring, axis=1)
-    lo, hi = _envelope(luma)
-    is_bg = (np.abs(luma - bg[:, None, None]) <= BG_TOL) & (hi - lo <= BG_TOL)
+    lo, hi = plane.lo, plane.hi
+    is_bg = (np.abs(luma - bg[:, None, None]) <= BG_TOL) & ((hi - lo) <= BG_TOL)
     share = is_bg.reshape(n, -1).mean(1)
     is_bg[share < BG_MIN] = False
     return is_bg
 
 
 def _cells(mask: np.ndarray) -> np.ndarray:
-    """(B, 128, 128) bool -> (B, CELLS, CELLS) counts of true pixels per cell."""
-    n = mask.shape[0]
-    return mask.reshape(n, CELLS, CELL_PX, CELLS, CELL_PX).sum(axis=(2, 4))
+    """(B, s, s) bool -> (B, CELLS, CELLS) counts of true pixels per cell."""
+    n, cp = mask.shape[0], mask.shape[-1] // CELLS
+    return mask.reshape(n, CELLS, cp, CELLS, cp).sum(axis=(2, 4), dtype=np.int32)
 
 
 def _largest_component(cells: np.ndarray) -> np.ndarray:
@@ -555,17 +599,22 @@ class Identity:
     stray: np.ndarray  # float32: differing pixels outside the region, share of the frame
 
 
-def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE) -> Identity:
+def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
+             side: int = DETAIL_SIDE) -> Identity:
     """Compare the pixels of signature pairs (a[i], b[i], (B, THUMB_BYTES)) at their alignments
     (B, 8): luma with each pixel's half-pixel envelope after the best brightness/contrast line,
     chroma too when both are coloured; then the differing cells, their largest group, its
-    bounding box and the content it covers."""
+    bounding box and the content it covers. `side` 64 reads the luma at half resolution (2x2
+    means): a quick first look that refuses what differs already there."""
     n = len(a)
     al = np.asarray(aligns, np.float32).reshape(n, 8)
     la, cba, cra = split_signature(a)
     lb, cbb, crb = split_signature(b)
-    xa = _warp(la.astype(np.float32), al, 0)
-    xb = _warp(lb.astype(np.float32), al, 1)
+    if side != DETAIL_SIDE:
+        la, lb = (np.rint(_reduce(x)).astype(np.uint8) for x in (la, lb))
+    cell_px = side // CELLS
+    cell_min = max(1, -(-rule.cell_min * cell_px * cell_px // (CELL_PX * CELL_PX)))
+    xa, xb = _Plane(_warp8(la, al, 0)), _Plane(_warp8(lb, al, 1))
     diff = _differs(xa, xb, rule.luma_tol)
     coloured = (np.abs(cba.astype(np.int16) - 128).reshape(n, -1).max(1) > GREY_CHROMA) & \
                (np.abs(cbb.astype(np.int16) - 128).reshape(n, -1).max(1) > GREY_CHROMA)
@@ -575,20 +624,19 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
         idx = np.flatnonzero(coloured)
         cdiff = np.zeros((len(idx), CHROMA_SIDE, CHROMA_SIDE), bool)
         for pa_, pb_ in ((cba, cbb), (cra, crb)):
-            ya = _warp(pa_[idx].astype(np.float32), al[idx], 0)
-            yb = _warp(pb_[idx].astype(np.float32), al[idx], 1)
+            ya, yb = _Plane(_warp8(pa_[idx], al[idx], 0)), _Plane(_warp8(pb_[idx], al[idx], 1))
             # A brightness edit scales chroma and clips saturated channels: chroma has its own
             # curve; it is non-decreasing, so a recolouring (blue to orange beside a neutral
             # background) is not one.
             cdiff |= _differs(ya, yb, rule.chroma_tol)
-        up = np.repeat(np.repeat(cdiff, DETAIL_SIDE // CHROMA_SIDE, axis=1), DETAIL_SIDE // CHROMA_SIDE, axis=2)
+        up = np.repeat(np.repeat(cdiff, side // CHROMA_SIDE, axis=1), side // CHROMA_SIDE, axis=2)
         diff[idx] |= up
     bg_a, bg_b = _background(xa), _background(xb)
     content = ~(bg_a & bg_b)
     content_px = np.maximum(content.reshape(n, -1).sum(1), 1)
     diff_px = diff.reshape(n, -1).sum(1)
     counts = _cells(diff)
-    cells = counts >= rule.cell_min
+    cells = counts >= cell_min
     main = _largest_component(cells)
     any_cell = main.reshape(n, -1).any(1)
     ys, xs = main.any(axis=2), main.any(axis=1)
@@ -604,13 +652,13 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     # (the other's count includes the overlay itself).
     hidden = np.minimum(*((_cells(~bg) * inside).reshape(n, -1).sum(1) / np.maximum((~bg).reshape(n, -1).sum(1), 1)
                           for bg in (bg_a, bg_b)))
-    stray = (counts * (cells & ~inside)).reshape(n, -1).sum(1) / float(DETAIL_SIDE * DETAIL_SIDE)
+    stray = (counts * (cells & ~inside)).reshape(n, -1).sum(1) / float(side * side)
     # The fill is read on the region's tight pixel box (a cell-aligned box would dilute it).
-    inside_px = np.repeat(np.repeat(inside, CELL_PX, axis=1), CELL_PX, axis=2) & diff
+    inside_px = np.repeat(np.repeat(inside, cell_px, axis=1), cell_px, axis=2) & diff
     py, px = inside_px.any(axis=2), inside_px.any(axis=1)
-    ty0, ty1 = py.argmax(1), DETAIL_SIDE - py[:, ::-1].argmax(1)
-    tx0, tx1 = px.argmax(1), DETAIL_SIDE - px[:, ::-1].argmax(1)
-    r = np.arange(DETAIL_SIDE)
+    ty0, ty1 = py.argmax(1), side - py[:, ::-1].argmax(1)
+    tx0, tx1 = px.argmax(1), side - px[:, ::-1].argmax(1)
+    r = np.arange(side)
     box_px = ((r[None, :, None] >= ty0[:, None, None]) & (r[None, :, None] < ty1[:, None, None])
               & (r[None, None, :] >= tx0[:, None, None]) & (r[None, None, :] < tx1[:, None, None]))
     # What an image shows inside the box: an overlay changes nearly all of it, in one of the two.
@@ -626,7 +674,7 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     covers = (hidden <= rule.hidden_small) | (fill >= rule.fill_min)
     overlay = any_cell & (box_share <= rule.region_max) & (hidden <= rule.hidden_max) & (stray <= rule.stray_max) & covers
     score = np.clip(1 - (diff & content).reshape(n, -1).sum(1) / content_px, 0, 1).astype(np.float32)
-    return Identity(same | overlay, overlay, score, (diff_px / float(DETAIL_SIDE * DETAIL_SIDE)).astype(np.float32),
+    return Identity(same | overlay, overlay, score, (diff_px / float(side * side)).astype(np.float32),
                     np.stack([y0, y1, x0, x1], 1), box_share, hidden.astype(np.float32), fill.astype(np.float32),
                     stray.astype(np.float32),
 )
@@ -699,23 +747,21 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     if n == 0:
         z = np.zeros(0, np.float32)
         return Verdict(np.zeros(0, bool), kind, z, z, np.zeros((0, 8), np.float32))
-    la, lb = _reduce(split_signature(a)[0]), _reduce(split_signature(b)[0])
-    plausible = np.ones(n, bool)
-    best = _search(la, lb, plausible, aspect_a, aspect_b)
-    corr = np.maximum(best.full, best.corner)
-    judged = plausible
+    judged = np.ones(n, bool)
 
-    # Each pair is judged at the whole frame, then (while it is not an identical frame) at the best
-    # alignment, at the best with a corner left out, and at a refined alignment: the first that
-    # shows an identical frame wins, else one that shows one overlay, else the best score (review).
+    # Each pair is judged at the whole frame; a pair refused there is aligned (module docstring,
+    # step 1) and judged at its best alignment, at the best with a corner left out, and at a refined
+    # alignment: the first that shows an identical frame wins, else one that shows one overlay,
+    # else the best score (for review).
     rank = np.full(n, -1.0)
     align = np.tile(np.array(WHOLE, np.float32), (n, 1))
     figures = _spread(None, np.zeros(0, np.int64), n)
+    corr = np.full(n, np.nan, np.float32)
 
     def judge(idx: np.ndarray, aligns: np.ndarray) -> None:
         if idx.size == 0:
             return
-        r = identity(a[idx], b[idx], aligns, rule)
+        r = _cascade(a[idx], b[idx], aligns, rule)
         new_rank = np.where(r.accepted & ~r.region, 3.0, np.where(r.accepted, 2.0, 0.0)) + r.score
         better = new_rank > rank[idx]
         pos = idx[better]
@@ -725,18 +771,26 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
             getattr(figures, f)[pos] = getattr(r, f)[better]
 
     def moved(aligns: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        return np.any(np.abs(aligns[idx] - align[idx]) > 1e-6, axis=1)
+        return np.any(np.abs(aligns - align[idx]) > 1e-6, axis=1)
 
-    judge(np.flatnonzero(judged), np.tile(np.array(WHOLE, np.float32), (int(judged.sum()), 1)))
-    for at in (best.full_at, best.corner_at):
-        idx = np.flatnonzero(judged & (rank < 3) & (corr >= MIN_CORR))
-        idx = idx[moved(at, idx)]
-        judge(idx, at[idx])
-    idx = np.flatnonzero(judged & (rank < 2) & (corr >= REFINE_FROM) & (best.full < CLEAR_MATCH))
-    if idx.size:
-        _refine(best, idx, la, lb)
-        idx = idx[moved(best.full_at, idx)]
-        judge(idx, best.full_at[idx])
+    judge(np.arange(n), np.tile(np.array(WHOLE, np.float32), (n, 1)))
+    todo = np.flatnonzero(rank < 2)
+    if todo.size:
+        la, lb = _reduce(split_signature(a[todo])[0]), _reduce(split_signature(b[todo])[0])
+        aa = None if aspect_a is None else np.asarray(aspect_a)[todo]
+        ab = None if aspect_b is None else np.asarray(aspect_b)[todo]
+        best = _search(la, lb, np.ones(todo.size, bool), aa, ab)
+        c = np.maximum(best.full, best.corner)
+        corr[todo] = c
+        for at in (best.full_at, best.corner_at):
+            sel = np.flatnonzero((rank[todo] < 3) & (c >= MIN_CORR))
+            sel = sel[moved(at[sel], todo[sel])]
+            judge(todo[sel], at[sel])
+        sel = np.flatnonzero((rank[todo] < 2) & (c >= REFINE_FROM) & (best.full < CLEAR_MATCH))
+        if sel.size:
+            _refine(best, sel, la, lb)
+            sel = sel[moved(best.full_at[sel], todo[sel])]
+            judge(todo[sel], best.full_at[sel])
 
     accepted = figures.accepted & judged
     score = np.where(judged, figures.score, 0.0).astype(np.float32)
@@ -747,6 +801,26 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     kind[~accepted] = None
     crop[~accepted] = 0.0
     return Verdict(accepted, kind, score, crop, align, figures, corr.astype(np.float32))
+
+
+def _in_chunks(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, side: int) -> Identity:
+    parts = [identity(a[s:s + CHUNK], b[s:s + CHUNK], aligns[s:s + CHUNK], rule, side) for s in range(0, len(a), CHUNK)]
+    return Identity(*(np.concatenate([getattr(p, f) for p in parts]) for f in Identity.__dataclass_fields__))
+
+
+def _cascade(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule) -> Identity:
+    """`identity` at 64 px first (a quarter of the pixels); what it accepts is judged again at
+    128 px, where the words of a page and the ticks of a chart show. A pair refused at 64 px keeps
+    that verdict (what differs there differs at 128 px too)."""
+    first = _in_chunks(a, b, aligns, rule, SIDE)
+    again = np.flatnonzero(first.accepted)
+    if again.size == 0:
+        return first
+    second = _in_chunks(a[again], b[again], aligns[again], rule, DETAIL_SIDE)
+    out = {f: getattr(first, f).copy() for f in Identity.__dataclass_fields__}
+    for f in Identity.__dataclass_fields__:
+        out[f][again] = getattr(second, f)
+    return Identity(**out)
 
 
 def _reduce(detail: np.ndarray) -> np.ndarray:
@@ -795,7 +869,7 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "kind": v.kind[0],
         "score": round(float(v.score[0]), 4),
         "crop_per_side": round(float(_crop_of(v.align[0])), 3),
-        "correlation": round(float(v.correlation[0]), 4) if v.correlation is not None else None,
+        "correlation": None if np.isnan(v.correlation[0]) else round(float(v.correlation[0]), 4),
         "flat": (sa < FLAT_STD, sb < FLAT_STD),
         "mean_grey": (round(float(la.mean()), 1), round(float(lb.mean()), 1)),
         "std_grey": (round(sa, 1), round(sb, 1)),
