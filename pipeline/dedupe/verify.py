@@ -363,6 +363,7 @@ CELL_PX = 8  # the differing area is read in cells of CELL_PX x CELL_PX detail p
 CELLS = DETAIL_SIDE // CELL_PX
 BG_TOL = 10.0  # grey levels from the border's median that still count as background
 BG_MIN = 0.25  # an image whose background is less than this share of the frame is all content
+TONE_SIDE = 64  # the tone curve is fitted on this many pixels a side (every other at 128 px)
 TONE_BINS = 16  # the tone curve between a pair (brightness, contrast, gamma, clipping) has this many steps
 TONE_KEEP = 24.0  # grey levels from a bin's first mean that count towards its second
 TONE_MIN_COUNT = 4  # pixels a bin needs to be read (else it comes from its neighbours)
@@ -417,40 +418,37 @@ def _warp8(t: np.ndarray, al: np.ndarray, image: int) -> np.ndarray:
 
 
 def _envelope(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pixel of uint8 images (B, s, s), the lowest and highest value within half a pixel (x and
-    its means with each of its four neighbours, rounded outwards): what a sub-pixel shift of the
-    same picture can show there."""
-    w = x.astype(np.uint16)
-    h = w[:, :, 1:] + w[:, :, :-1]
-    v = w[:, 1:, :] + w[:, :-1, :]
-    hl, hh = (h >> 1).astype(np.uint8), ((h + 1) >> 1).astype(np.uint8)
-    vl, vh = (v >> 1).astype(np.uint8), ((v + 1) >> 1).astype(np.uint8)
-    lo, hi = x.copy(), x.copy()
-    for out, op, hx, vx in ((lo, np.minimum, hl, vl), (hi, np.maximum, hh, vh)):
-        op(out[:, :, 1:], hx, out=out[:, :, 1:])
-        op(out[:, :, :-1], hx, out=out[:, :, :-1])
-        op(out[:, 1:, :], vx, out=out[:, 1:, :])
-        op(out[:, :-1, :], vx, out=out[:, :-1, :])
-    return lo, hi
+    """Per pixel of uint8 images (B, s, s), the lowest and highest value within half a pixel: x
+    and its means with each of its four neighbours, that is (x + the smallest / largest of x and
+    its neighbours) / 2, rounded outwards. What a sub-pixel shift of the same picture can show."""
+    mn, mx = x.copy(), x.copy()
+    for out, op in ((mn, np.minimum), (mx, np.maximum)):
+        op(out[:, :, 1:], x[:, :, :-1], out=out[:, :, 1:])
+        op(out[:, :, :-1], x[:, :, 1:], out=out[:, :, :-1])
+        op(out[:, 1:, :], x[:, :-1, :], out=out[:, 1:, :])
+        op(out[:, :-1, :], x[:, 1:, :], out=out[:, :-1, :])
+    lo = (x.astype(np.uint16) + mn) >> 1
+    hi = (x.astype(np.uint16) + mx + 1) >> 1
+    return lo.astype(np.uint8), hi.astype(np.uint8)
 
 
 class _Plane:
     """One plane of a batch of aligned images (uint8) with its half-pixel envelope."""
 
     def __init__(self, x: np.ndarray):
-        self.x = x
-        self.lo, self.hi = _envelope(x)
-        self.f = x.astype(np.float32)
+        self.x = np.ascontiguousarray(x)
+        self.lo, self.hi = _envelope(self.x)
+        self.i = self.x.astype(np.int16)
 
 
 def _residual(x: _Plane, y: _Plane, lut: np.ndarray) -> np.ndarray:
     """How far each pixel of y lies outside the envelope of x mapped through `lut` (a monotone
     curve maps a half-pixel envelope onto the mapped image's), and x's mapped pixel outside y's
-    envelope, the smaller of the two: noise and sub-pixel shifts stay near 0, content one image
-    lacks does not."""
+    envelope, the smaller of the two (int16): noise and sub-pixel shifts stay near 0, content one
+    image lacks does not."""
     tx, tlo, thi = _apply(x.x, lut), _apply(x.lo, lut), _apply(x.hi, lut)
-    r1 = np.maximum(np.maximum(y.f - thi, tlo - y.f), 0)
-    r2 = np.maximum(np.maximum(tx - y.hi, y.lo - tx), 0)
+    r1 = np.maximum(y.i - thi, tlo - y.i)
+    r2 = np.maximum(tx - y.hi, y.lo - tx)
     return np.minimum(r1, r2, out=r1)
 
 
@@ -460,12 +458,13 @@ def _tone_lut(x: np.ndarray, y: np.ndarray, use: np.ndarray | None = None) -> np
     differing region does not pull it), made non-decreasing, read between the bins' mean x values
     (bins with fewer than TONE_MIN_COUNT pixels are skipped; no bin read: the identity).
     Brightness, contrast, gamma and the clipping a brightness edit causes are all such a curve;
-    other content is not. Fitted on every other pixel of images larger than 64 px."""
+    other content is not. Fitted on a TONE_SIDE x TONE_SIDE grid of the pixels."""
     n = x.shape[0]
-    if x.shape[-1] > 64:
-        x, y = x[:, ::2, ::2], y[:, ::2, ::2]
-        use = None if use is None else use[:, ::2, ::2]
-    xf, yf = x.reshape(n, -1), y.reshape(n, -1)
+    step = max(1, x.shape[-1] // TONE_SIDE)
+    if step > 1:
+        x, y = x[:, ::step, ::step], y[:, ::step, ::step]
+        use = None if use is None else use[:, ::step, ::step]
+    xf, yf = x.reshape(n, -1).astype(np.float32), y.reshape(n, -1).astype(np.float32)
     key = (np.clip(xf * (TONE_BINS / 256.0), 0, TONE_BINS - 1).astype(np.int64) + np.arange(n)[:, None] * TONE_BINS).ravel()
     xr, yr = xf.ravel(), yf.ravel()
     size = n * TONE_BINS
@@ -499,10 +498,11 @@ def _tone_lut(x: np.ndarray, y: np.ndarray, use: np.ndarray | None = None) -> np
 
 
 def _apply(x: np.ndarray, lut: np.ndarray) -> np.ndarray:
-    """uint8 x (B, s, s) through its pair's table: float32."""
-    out = np.empty(x.shape, np.float32)
+    """uint8 x (B, s, s) through its pair's table (rounded to whole levels): int16."""
+    table = np.clip(np.rint(lut), 0, 255).astype(np.int16)
+    out = np.empty(x.shape, np.int16)
     for i in range(x.shape[0]):  # one gather per image: uint8 indexes need no widening
-        np.take(lut[i], x[i], out=out[i])
+        np.take(table[i], x[i], out=out[i])
     return out
 
 
@@ -511,7 +511,7 @@ def _differs(x: _Plane, y: _Plane, tol: float) -> np.ndarray:
     applied, read both ways (x's curve onto y, y's onto x) and kept from the way with fewer: the
     verdict does not depend on which image comes first."""
     n = x.x.shape[0]
-    out = _residual(x, y, _tone_lut(x.f, y.f)) > tol
+    out = _residual(x, y, _tone_lut(x.x, y.x)) > tol
     count = out.reshape(n, -1).sum(1)
     idx = np.flatnonzero(count > 0)
     if idx.size:
@@ -519,8 +519,8 @@ def _differs(x: _Plane, y: _Plane, tol: float) -> np.ndarray:
         # other way round; the reading with the fewest differing pixels stands.
         xi, yi = _subset_plane(x, idx), _subset_plane(y, idx)
         use = ~out[idx]
-        again = _residual(xi, yi, _tone_lut(xi.f, yi.f, use)) > tol
-        backward = _residual(yi, xi, _tone_lut(yi.f, xi.f, use)) > tol
+        again = _residual(xi, yi, _tone_lut(xi.x, yi.x, use)) > tol
+        backward = _residual(yi, xi, _tone_lut(yi.x, xi.x, use)) > tol
         for other in (again, backward):
             c = other.reshape(idx.size, -1).sum(1)
             fewer = c < count[idx]
@@ -531,19 +531,18 @@ def _differs(x: _Plane, y: _Plane, tol: float) -> np.ndarray:
 
 def _subset_plane(p: _Plane, idx: np.ndarray) -> _Plane:
     q = _Plane.__new__(_Plane)
-    q.x, q.lo, q.hi, q.f = p.x[idx], p.lo[idx], p.hi[idx], p.f[idx]
+    q.x, q.lo, q.hi, q.i = p.x[idx], p.lo[idx], p.hi[idx], p.i[idx]
     return q
 
 
-def _background(plane: "_Plane") -> np.ndarray:
+def _background(plane: _Plane) -> np.ndarray:
     """(B, s, s) bool: pixels of the frame's background (the border's median grey, locally flat);
     none where the background is under BG_MIN of the frame (a photo: all of it is content)."""
-    luma = plane.f
+    luma = plane.x
     n = luma.shape[0]
     ring = np.concatenate([luma[:, 0, :], luma[:, -1, :], luma[:, 1:-1, 0], luma[:, 1:-1, -1]], axis=1)
-    bg = np.median(ring, axis=1)
-    lo, hi = plane.lo, plane.hi
-    is_bg = (np.abs(luma - bg[:, None, None]) <= BG_TOL) & ((hi - lo) <= BG_TOL)
+    bg = np.median(ring, axis=1).astype(np.int16)
+    is_bg = (np.abs(plane.i - bg[:, None, None]) <= BG_TOL) & ((plane.hi - plane.lo) <= BG_TOL)
     share = is_bg.reshape(n, -1).mean(1)
     is_bg[share < BG_MIN] = False
     return is_bg
@@ -637,47 +636,48 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     diff_px = diff.reshape(n, -1).sum(1)
     counts = _cells(diff)
     cells = counts >= cell_min
-    main = _largest_component(cells)
-    any_cell = main.reshape(n, -1).any(1)
-    ys, xs = main.any(axis=2), main.any(axis=1)
-    y0, y1 = ys.argmax(1), CELLS - ys[:, ::-1].argmax(1)
-    x0, x1 = xs.argmax(1), CELLS - xs[:, ::-1].argmax(1)
-    y0, y1, x0, x1 = (np.where(any_cell, v, 0) for v in (y0, y1, x0, x1))
-    inside = np.zeros((n, CELLS, CELLS), bool)
-    r = np.arange(CELLS)
-    inside |= ((r[None, :, None] >= y0[:, None, None]) & (r[None, :, None] < y1[:, None, None])
-               & (r[None, None, :] >= x0[:, None, None]) & (r[None, None, :] < x1[:, None, None]))
-    box_share = ((y1 - y0) * (x1 - x0) / (CELLS * CELLS)).astype(np.float32)
-    # What the region hides of each image's own content; the original is the one it hides less of
-    # (the other's count includes the overlay itself).
-    hidden = np.minimum(*((_cells(~bg) * inside).reshape(n, -1).sum(1) / np.maximum((~bg).reshape(n, -1).sum(1), 1)
-                          for bg in (bg_a, bg_b)))
-    stray = (counts * (cells & ~inside)).reshape(n, -1).sum(1) / float(side * side)
-    # The fill is read on the region's tight pixel box (a cell-aligned box would dilute it).
-    inside_px = np.repeat(np.repeat(inside, cell_px, axis=1), cell_px, axis=2) & diff
-    py, px = inside_px.any(axis=2), inside_px.any(axis=1)
-    ty0, ty1 = py.argmax(1), side - py[:, ::-1].argmax(1)
-    tx0, tx1 = px.argmax(1), side - px[:, ::-1].argmax(1)
-    r = np.arange(side)
-    box_px = ((r[None, :, None] >= ty0[:, None, None]) & (r[None, :, None] < ty1[:, None, None])
-              & (r[None, None, :] >= tx0[:, None, None]) & (r[None, None, :] < tx1[:, None, None]))
-    # What an image shows inside the box: an overlay changes nearly all of it, in one of the two.
-    fill = np.zeros(n)
-    for bg in (bg_a, bg_b):
-        shown = box_px & ~bg
-        fill = np.maximum(fill, (shown & diff).reshape(n, -1).sum(1) / np.maximum(shown.reshape(n, -1).sum(1), 1))
-    fill = np.where(any_cell, fill, 0.0)
-    same = ~any_cell
+    any_cell = cells.reshape(n, -1).any(1)
+    box = np.zeros((n, 4), np.int64)
+    box_share, hidden, fill, stray = (np.zeros(n, np.float32) for _ in range(4))
+    k = np.flatnonzero(any_cell)  # the region's figures, for the pairs that have one
+    if k.size:
+        d, c_k, cells_k = diff[k], counts[k], cells[k]
+        main = _largest_component(cells_k)
+        ys, xs = main.any(axis=2), main.any(axis=1)
+        y0, y1 = ys.argmax(1), CELLS - ys[:, ::-1].argmax(1)
+        x0, x1 = xs.argmax(1), CELLS - xs[:, ::-1].argmax(1)
+        box[k] = np.stack([y0, y1, x0, x1], 1)
+        r = np.arange(CELLS)
+        inside = ((r[None, :, None] >= y0[:, None, None]) & (r[None, :, None] < y1[:, None, None])
+                  & (r[None, None, :] >= x0[:, None, None]) & (r[None, None, :] < x1[:, None, None]))
+        box_share[k] = (y1 - y0) * (x1 - x0) / (CELLS * CELLS)
+        # What the region hides of each image's own content; the original is the one it hides less
+        # of (the other's count includes the overlay itself).
+        hidden[k] = np.minimum(*((_cells(~bg[k]) * inside).reshape(k.size, -1).sum(1)
+                                 / np.maximum((~bg[k]).reshape(k.size, -1).sum(1), 1) for bg in (bg_a, bg_b)))
+        stray[k] = (c_k * (cells_k & ~inside)).reshape(k.size, -1).sum(1) / float(side * side)
+        # The fill is read on the region's tight pixel box (a cell-aligned box would dilute it):
+        # what an image shows inside it, an overlay changes nearly all of, in one of the two.
+        inside_px = np.repeat(np.repeat(inside, cell_px, axis=1), cell_px, axis=2) & d
+        py, px = inside_px.any(axis=2), inside_px.any(axis=1)
+        ty0, ty1 = py.argmax(1), side - py[:, ::-1].argmax(1)
+        tx0, tx1 = px.argmax(1), side - px[:, ::-1].argmax(1)
+        r = np.arange(side)
+        box_px = ((r[None, :, None] >= ty0[:, None, None]) & (r[None, :, None] < ty1[:, None, None])
+                  & (r[None, None, :] >= tx0[:, None, None]) & (r[None, None, :] < tx1[:, None, None]))
+        for bg in (bg_a, bg_b):
+            shown = box_px & ~bg[k]
+            fill[k] = np.maximum(fill[k], (shown & d).reshape(k.size, -1).sum(1) / np.maximum(shown.reshape(k.size, -1).sum(1), 1))
     # An overlay covers what it hides: a region that hides much of the content must differ nearly
     # all over (a bar, an opaque box); content rearranged inside one area (slices of another size)
     # differs only in part of it.
     covers = (hidden <= rule.hidden_small) | (fill >= rule.fill_min)
     overlay = any_cell & (box_share <= rule.region_max) & (hidden <= rule.hidden_max) & (stray <= rule.stray_max) & covers
     score = np.clip(1 - (diff & content).reshape(n, -1).sum(1) / content_px, 0, 1).astype(np.float32)
-    return Identity(same | overlay, overlay, score, (diff_px / float(side * side)).astype(np.float32),
-                    np.stack([y0, y1, x0, x1], 1), box_share, hidden.astype(np.float32), fill.astype(np.float32),
-                    stray.astype(np.float32),
-)
+    return Identity(~any_cell | overlay, overlay, score, (diff_px / float(side * side)).astype(np.float32),
+                    box, box_share, hidden, fill, stray)
+
+
 def same_hue(chroma_a: np.ndarray, chroma_b: np.ndarray) -> np.ndarray:
     """False where both images are clearly coloured and their mean colours point different ways
     (an edit may brighten, grey out or re-encode, not recolour)."""
