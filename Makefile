@@ -37,6 +37,7 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_hashing.py
 	$(UV) run --frozen python tests/benchmarks/bench_search.py
 	$(UV) run --frozen python tests/benchmarks/bench_dedupe_quality.py
+	$(UV) run --frozen python tests/benchmarks/bench_verify.py
 	$(UV) run --frozen python tests/benchmarks/bench_review.py
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 

@@ -49,6 +49,8 @@ only of identical bytes.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -69,6 +71,7 @@ OFFSET_STEP = 0.005  # where a span of known length sits, searched in steps of t
 MIN_OVERLAY = 0.005  # an accepted region where less than this share of the frame differs is not called an overlay
 MIN_CROP = 0.01  # an alignment that leaves out less than this is "near", not "crop"
 CLEAR_MATCH = 0.998  # a whole-frame match this good needs no other alignment
+REFINE_DIFF = 0.05  # the fine search is for pairs that differ in at most this share of the frame
 MIN_CORR = 0.5  # below this at every alignment a pair is judged at the whole frame only
 CHROMA_MIN = 6.0  # mean chroma (of 128) from which an image counts as clearly coloured
 MAX_HUE_ANGLE = 30.0  # degrees between the mean colours of two clearly coloured copies
@@ -596,6 +599,7 @@ class Identity:
     hidden: np.ndarray  # float32: share of the content inside that box
     fill: np.ndarray  # float32: share of what one image shows inside the region's tight box that differs
     stray: np.ndarray  # float32: differing pixels outside the region, share of the frame
+    matched: np.ndarray  # float32: share of the cells with content where no pixel differs
 
 
 def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
@@ -674,8 +678,11 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     covers = (hidden <= rule.hidden_small) | (fill >= rule.fill_min)
     overlay = any_cell & (box_share <= rule.region_max) & (hidden <= rule.hidden_max) & (stray <= rule.stray_max) & covers
     score = np.clip(1 - (diff & content).reshape(n, -1).sum(1) / content_px, 0, 1).astype(np.float32)
+    content_cells = _cells(content) > 0
+    matched = ((content_cells & (counts == 0)).reshape(n, -1).sum(1)
+               / np.maximum(content_cells.reshape(n, -1).sum(1), 1)).astype(np.float32)
     return Identity(~any_cell | overlay, overlay, score, (diff_px / float(side * side)).astype(np.float32),
-                    box, box_share, hidden, fill, stray)
+                    box, box_share, hidden, fill, stray, matched)
 
 
 def same_hue(chroma_a: np.ndarray, chroma_b: np.ndarray) -> np.ndarray:
@@ -786,7 +793,8 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
             sel = np.flatnonzero((rank[todo] < 3) & (c >= MIN_CORR))
             sel = sel[moved(at[sel], todo[sel])]
             judge(todo[sel], at[sel])
-        sel = np.flatnonzero((rank[todo] < 2) & (c >= REFINE_FROM) & (best.full < CLEAR_MATCH))
+        sel = np.flatnonzero((rank[todo] < 2) & (c >= REFINE_FROM) & (best.full < CLEAR_MATCH)
+                             & (figures.differing[todo] <= REFINE_DIFF))
         if sel.size:
             _refine(best, sel, la, lb)
             sel = sel[moved(best.full_at[sel], todo[sel])]
@@ -803,8 +811,22 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     return Verdict(accepted, kind, score, crop, align, figures, corr.astype(np.float32))
 
 
+_POOL_THREADS: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    """Chunks are judged on every core: numpy lets go of the GIL for the whole-array operations."""
+    global _POOL_THREADS
+    if _POOL_THREADS is None:
+        _POOL_THREADS = ThreadPoolExecutor(max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                               else os.cpu_count() or 1), thread_name_prefix="verify")
+    return _POOL_THREADS
+
+
 def _in_chunks(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, side: int) -> Identity:
-    parts = [identity(a[s:s + CHUNK], b[s:s + CHUNK], aligns[s:s + CHUNK], rule, side) for s in range(0, len(a), CHUNK)]
+    starts = range(0, len(a), CHUNK)
+    judge = lambda s: identity(a[s:s + CHUNK], b[s:s + CHUNK], aligns[s:s + CHUNK], rule, side)  # noqa: E731
+    parts = list(_threads().map(judge, starts)) if len(starts) > 1 else [judge(0)]
     return Identity(*(np.concatenate([getattr(p, f) for p in parts]) for f in Identity.__dataclass_fields__))
 
 
