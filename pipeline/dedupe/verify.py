@@ -155,15 +155,14 @@ def _axes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """`_axis(lo[i], hi[i])` for every i at once: (B, OUT, SIDE)."""
     lo, hi = np.asarray(lo, np.float64) * SIDE, np.asarray(hi, np.float64) * SIDE
     x = np.clip(lo[:, None] + (np.arange(SIDE) + 0.5)[None, :] * (hi - lo)[:, None] / SIDE - 0.5, 0, SIDE - 1)
-    i0 = np.floor(x).astype(np.int64)
-    i1 = np.minimum(i0 + 1, SIDE - 1)
+    i0 = np.minimum(np.floor(x).astype(np.int64), SIDE - 2)  # i0 + 1 is always a pixel: no index twice
     f = (x - i0).astype(np.float32)
     n = len(lo)
     m = np.zeros((n, SIDE, SIDE), np.float32)
     rows = np.broadcast_to(np.arange(SIDE), (n, SIDE))
     batch = np.broadcast_to(np.arange(n)[:, None], (n, SIDE))
-    np.add.at(m, (batch, rows, i0), 1 - f)
-    np.add.at(m, (batch, rows, i1), f)
+    m[batch, rows, i0] = 1 - f
+    m[batch, rows, i0 + 1] = f
     return np.matmul(_SMOOTH, m)
 
 
