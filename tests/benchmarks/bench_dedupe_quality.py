@@ -1,42 +1,70 @@
-"""Dedupe quality on two generated image sets, against imagededup's PHash in the same run.
+"""Dedupe quality on generated look-alikes, with the rule chosen on one half and reported on the other.
 
-  figures  flat figures, the kind of images VisualPRM400K is made of: bar charts, line charts,
-           geometry diagrams and text pages (white background, thin lines), drawn here with Pillow.
-           Many come in families of unrelated look-alikes: the same layout, colours, fonts and
-           labels with different data (bar heights, points, vertex positions, words). A third of
-           the figures get 1-3 edited copies.
-  photos   Debian's wallpapers (photographs and digital illustrations) and scikit-image's sample
-           photographs, see photoset.py; about 2/3 of them get 1-3 edited copies.
+Three generated sets, none committed:
 
-Neither set is committed; both are built in a temporary folder. For each set, one table:
-`rewardhouse dedupe` (pipeline.dedupe.folder.dedupe_folder at its defaults), imagededup PHash at
-its default threshold 10, and imagededup at the threshold in 0..16 with the best F1 on that set.
-Pairwise precision, recall and F1: predicted pairs against true pairs (same base). Ours predicts
-clusters (every pair inside a cluster); imagededup's find_duplicates predicts edges (each file and
-the files it lists), which are scored as given, not closed into clusters. Recall per edit: an edited
-copy counts as found when it is paired with its base. imagededup runs in .bench-venv (built by
-bench_hashing.peer_python on first use); its torch import is paid before the clock.
+  figures  figureset.py: charts (pie, bar, grouped bar, line, scatter, FigureQA- and DVQA-style),
+           tables, geometry diagrams, text pages, slides and form screenshots, drawn with matplotlib
+           (a few kinds with Pillow) in families of look-alikes: one template (size, palette,
+           fonts, layout, labels) drawn many times with other data, so that two figures of a family
+           differ only where the data differ. About a third get 1-3 edited copies (edits.py).
+  photos   photoset.py: Debian wallpapers and scikit-image's sample photos, large pictures cut
+           into tiles, scaled to widths of 320..4000 px, with 1-5 edited copies each, among them a
+           full-width caption bar and a corner box of a fixed pixel size.
+  scale    figureset.py --scale: N/2 pies of one template and N/2 bar charts of one template, no
+           copies: every pair is a false pair, so an engine should find no cluster.
 
-    python tests/benchmarks/bench_dedupe_quality.py [--figures 400] [--photos 250] [--seed 7]
-                                                    [--sets figures,photos]
+Each of figures and photos is split into a tuning half and a held-back half that share no family:
+figures by kind and template (some kinds are tuning-only, some held back whole, the others
+alternate their templates), photos by picture. Every edit occurs in both halves (about --per-edit
+copies per edit per half).
+
+The rule is chosen on the tuning halves only: each half is hashed once
+(pipeline.dedupe.hashing.hash_files) and the engine (pipeline.dedupe.folder.dedupe_folder) is run
+on the tuning halves with every rule of pipeline.dedupe.verify.tuning_grid(); the chosen rule has
+the best mean F1 over the tuning halves of figures and photos among the rules with precision >=
+MIN_PRECISION on both (ties: the rule closest to verify.DEFAULT_RULE). Then both halves are
+reported for the chosen rule and for DEFAULT_RULE, and the run says whether the default is the rule
+the tuning halves chose (it should be: the shipped default is meant to be that rule).
+
+imagededup's PHash runs beside it (in .bench-venv, built by bench_hashing.peer_python on first use;
+its torch import is paid before the clock) at its default threshold 10 and at the threshold in
+0..16 with the best F1 on the tuning half, reported on the held-back half as well.
+
+Scoring is pairwise: a predicted pair is any two files in one predicted cluster (ours) or a pair
+that imagededup's find_duplicates lists (edges, not closed into clusters); a true pair is two files
+of one base (a figure or photo and its copies). False pairs are sorted by what their two bases
+share: a near family (figureset's one reference with small changes), a template (figures) or
+picture (photo tiles), a kind (figures) or source (photos), or nothing. Recall per edit: an edited
+copy is found when it is paired with its base. Seconds: ours, hashing the half (once) plus one run
+of the engine; imagededup, encode_images plus find_duplicates at that threshold. The worst false
+clusters (most false pairs) are listed with each file's family, edit, and the engine's kind and
+score, to be looked at.
+
+    python tests/benchmarks/bench_dedupe_quality.py [--figures 800] [--photos 300] [--scale 2000]
+        [--seed 7] [--sets figures,photos,scale] [--per-edit 32] [--keep DIR] [--quick]
+        [--no-tuning] [--jobs N]
+
+--keep DIR builds the sets in DIR and leaves them there; a later run with the same DIR and the same
+sizes and seed reuses them. --quick: small sets (a smoke test, numbers not meaningful).
+--no-tuning: DEFAULT_RULE only. --jobs: processes for the rule search (default: every core).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import itertools
 import json
-import math
 import os
-import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
@@ -45,231 +73,160 @@ sys.path.insert(0, str(HERE))
 import photoset  # noqa: E402
 from bench_hashing import peer_python  # noqa: E402
 
-W, H = 640, 480
 MAX_THRESHOLD = 16  # imagededup thresholds scanned: 0..16
 DEFAULT_THRESHOLD = 10  # imagededup's default max_distance_threshold
-FAMILY_SIZES = (1, 1, 2, 3, 4)  # figures drawn from one template: 2+ makes unrelated look-alikes
+MIN_PRECISION = 0.99  # a rule must reach this on every tuning half to be chosen
+HALVES = ("tuning", "held_back")
+WORST_CLUSTERS = 4  # false clusters printed per set and rule
+WORST_MEMBERS = 6  # files printed per false cluster
 
 
-def _font(size: int) -> ImageFont.ImageFont:
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow without FreeType sizes
-        return ImageFont.load_default()
+# ---- the sets on disk ------------------------------------------------------------------------------
 
 
-def _colour(rng: random.Random) -> tuple[int, int, int]:
-    return tuple(rng.randint(0, 200) for _ in range(3))
+@dataclass
+class Half:
+    """One folder of files with their ground truth: rel path -> {"figure", "edit", "family", "kind",
+    "half", "near"?} (see figureset.py and photoset.py)."""
+
+    name: str  # e.g. "figures, tuning half"
+    root: Path
+    files: dict[str, dict]
+    hashed: list | None = None
+    hash_seconds: float = 0.0
+    peer: dict | None = None  # imagededup's output for the folder
+    found: dict = field(default_factory=dict)  # label -> FolderDedupe rows
 
 
-# ---- flat figures: each kind has a template (layout, colours, fonts, labels) and draws fresh data -----
+def _version(*sources: str) -> str:
+    """A digest of the generator's source: a kept set is rebuilt when it changes."""
+    import hashlib
+
+    return hashlib.sha256(b"".join((HERE / f).read_bytes() for f in sources)).hexdigest()[:16]
 
 
-def bar_template(rng: random.Random) -> dict:
-    n = rng.randint(3, 9)
-    return {"n": n, "colour": _colour(rng), "labels": [f"{rng.choice('ABCDEFGH')}{i}" for i in range(n)],
-            "topic": rng.choice(["sales", "votes", "rain", "score"]), "title_size": rng.choice((16, 18, 20))}
+def _reuse(out: Path, params: dict) -> dict | None:
+    done = out / "params.json"
+    if done.exists() and json.loads(done.read_text()) == params and (out / "manifest.json").exists():
+        return json.loads((out / "manifest.json").read_text())["files"]
+    return None
 
 
-def bar_chart(t: dict, rng: random.Random) -> Image.Image:
-    im = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(im)
-    d.line([(60, 40), (60, 420), (600, 420)], fill="black", width=2)
-    step = 520 // t["n"]
-    for i, label in enumerate(t["labels"]):
-        top = 420 - rng.randint(30, 360)
-        d.rectangle([70 + i * step, top, 70 + i * step + step * 2 // 3, 420], fill=t["colour"], outline="black")
-        d.text((70 + i * step, 428), label, fill="black", font=_font(14))
-    for y in range(420, 40, -60):
-        d.text((20, y - 8), str((420 - y) // 6), fill="black", font=_font(12))
-    d.text((200, 10), f"Figure {rng.randint(1, 99)}: {t['topic']}", fill="black", font=_font(t["title_size"]))
-    return im
+def _finish(out: Path, params: dict, files: dict) -> None:
+    if not (out / "manifest.json").exists():
+        (out / "manifest.json").write_text(json.dumps({"files": files}, indent=1, sort_keys=True))
+    (out / "params.json").write_text(json.dumps(params))
 
 
-def line_template(rng: random.Random) -> dict:
-    return {"colours": [_colour(rng) for _ in range(rng.randint(1, 3))], "marker": rng.choice(("circle", "square")),
-            "points": rng.choice((8, 11, 14))}
+def _halves(set_name: str, out: Path, files: dict, halves=HALVES) -> list[Half]:
+    return [Half(f"{set_name}, {h.replace('_', '-')} half" if h in HALVES else set_name, out / h,
+                 {rel.split("/", 1)[1]: info for rel, info in files.items() if info["half"] == h}) for h in halves]
 
 
-def line_chart(t: dict, rng: random.Random) -> Image.Image:
-    im = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(im)
-    d.line([(60, 40), (60, 420), (600, 420)], fill="black", width=2)
-    step = 540 // (t["points"] - 1)
-    for colour in t["colours"]:
-        pts = [(60 + x * step, 420 - rng.randint(20, 360)) for x in range(t["points"])]
-        d.line(pts, fill=colour, width=2)
-        draw = d.ellipse if t["marker"] == "circle" else d.rectangle
-        for x, y in pts:
-            draw([x - 3, y - 3, x + 3, y + 3], outline=colour)
-    d.text((220, 10), f"y = f(x), case {rng.randint(1, 999)}", fill="black", font=_font(18))
-    return im
+def _figureset(python: Path, out: Path, *args: str) -> dict:
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [str(python), str(HERE / "figureset.py"), str(out), *args, "--workers", str(min(_cores(), 4))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"figureset.py failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return json.loads((out / "manifest.json").read_text())["files"]
 
 
-def geometry_template(rng: random.Random) -> dict:
-    if rng.random() < 0.5:  # a triangle ABC with its inscribed circle
-        return {"incircle": True, "pts": _triangle(rng), "labels": "ABC"}
-    pts = [(rng.randint(80, 560), rng.randint(60, 420)) for _ in range(rng.randint(3, 5))]
-    chords = [p for p in itertools.combinations(range(len(pts)), 2) if rng.random() < 0.4]
-    circle = (rng.randint(200, 440), rng.randint(160, 320), rng.randint(40, 150)) if rng.random() < 0.6 else None
-    return {"incircle": False, "pts": pts, "chords": chords, "circle": circle, "labels": "ABCDE"}
+def build_figures(out: Path, python: Path, figures: int, seed: int, per_edit: int) -> tuple[list[Half], bool]:
+    params = {"figures": figures, "seed": seed, "per_edit": per_edit, "version": _version("figureset.py", "edits.py")}
+    files = _reuse(out, params)
+    reused = files is not None
+    if not reused:
+        files = _figureset(python, out, "--seed", str(seed), "--figures", str(figures), "--per-edit", str(per_edit))
+        _finish(out, params, files)
+    return _halves("figures", out, files), reused
 
 
-def _triangle(rng: random.Random, near: list | None = None) -> list[tuple[int, int]]:
-    while True:
-        if near is None:
-            pts = [(rng.randint(80, 560), rng.randint(60, 420)) for _ in range(3)]
-        else:
-            pts = [(min(max(x + rng.randint(-80, 80), 60), 580), min(max(y + rng.randint(-80, 80), 40), 440))
-                   for x, y in near]
-        (ax, ay), (bx, by), (cx, cy) = pts
-        if abs((bx - ax) * (cy - ay) - (cx - ax) * (by - ay)) > 30000:  # twice the area: no slivers
-            return pts
+def build_scale(out: Path, python: Path, n: int, seed: int) -> tuple[Half, bool]:
+    params = {"scale": n, "seed": seed, "version": _version("figureset.py", "edits.py")}
+    files = _reuse(out, params)
+    reused = files is not None
+    if not reused:
+        files = _figureset(python, out, "--seed", str(seed), "--scale", str(n // 2))
+        _finish(out, params, files)
+    return _halves(f"scale: {n // 2} pies of one template + {n // 2} bar charts of one template", out, files,
+                   ("scale",))[0], reused
 
 
-def geometry(t: dict, rng: random.Random) -> Image.Image:
-    im = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(im)
-    if t["incircle"]:
-        pts = _triangle(rng, near=t["pts"])
-        d.polygon(pts, outline="black")
-        a, b, c = (math.dist(pts[1], pts[2]), math.dist(pts[2], pts[0]), math.dist(pts[0], pts[1]))
-        ix = (a * pts[0][0] + b * pts[1][0] + c * pts[2][0]) / (a + b + c)
-        iy = (a * pts[0][1] + b * pts[1][1] + c * pts[2][1]) / (a + b + c)
-        s = (a + b + c) / 2
-        r = math.sqrt(s * (s - a) * (s - b) * (s - c)) / s
-        d.ellipse([ix - r, iy - r, ix + r, iy + r], outline="black")
-        d.text((ix + 4, iy - 16), "I", fill="black", font=_font(16))
-    else:
-        pts = [(min(max(x + rng.randint(-70, 70), 60), 580), min(max(y + rng.randint(-70, 70), 40), 440))
-               for x, y in t["pts"]]
-        d.polygon(pts, outline="black")
-        for i, j in t["chords"]:
-            d.line([pts[i], pts[j]], fill="black", width=1)
-        if t["circle"]:
-            cx, cy, r = t["circle"]
-            d.ellipse([cx - r, cy - r, cx + r, cy + r], outline="black")
-    for label, p in zip(t["labels"], pts):
-        d.text((p[0] + 6, p[1] - 16), label, fill="black", font=_font(16))
-    return im
+def build_photos(out: Path, bases: int, seed: int, per_edit: int) -> tuple[list[Half], bool]:
+    params = {"photos": bases, "seed": seed, "per_edit": per_edit, "version": _version("photoset.py", "edits.py")}
+    files = _reuse(out, params)
+    reused = files is not None
+    if not reused:
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        files = photoset.build(out, bases, seed, per_edit=per_edit, workers=min(_cores(), 4),
+                               log=lambda line: print(line, flush=True))
+        _finish(out, params, files)
+    return _halves("photos", out, files), reused
 
 
-WORDS = ("the angle sum of a triangle is equal to two right angles hence the area of the figure follows from "
-         "the ratio of the sides and the height which we compute step by step for each case below").split()
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def text_template(rng: random.Random) -> dict:
-    size = rng.choice((14, 16, 18))
-    return {"size": size, "margin": rng.choice((20, 30, 45)), "leading": size + rng.choice((6, 8, 10)),
-            "header": rng.random() < 0.5}
+def describe(h: Half) -> str:
+    bases = {i["figure"] for i in h.files.values()}
+    families = {i["family"] for i in h.files.values()}
+    copies = sum(1 for i in h.files.values() if i["edit"])
+    kinds = sorted({i["kind"] for i in h.files.values()})
+    return (f"{len(h.files)} files: {len(bases)} bases in {len(families)} families/pictures, {copies} edited copies; "
+            f"kinds: {', '.join(kinds)}")
 
 
-def text_page(t: dict, rng: random.Random) -> Image.Image:
-    im = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(im)
-    y = 30
-    if t["header"]:
-        d.text((t["margin"], y), f"Question {rng.randint(1, 999)}.", fill="black", font=_font(t["size"] + 4))
-        y += t["leading"] + 8
-    while y < H - 30:
-        line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 10)))
-        d.text((t["margin"], y), line, fill="black", font=_font(t["size"]))
-        y += t["leading"]
-    return im
+# ---- scoring ----------------------------------------------------------------------------------------------
 
 
-KINDS = {"bar": (bar_template, bar_chart), "line": (line_template, line_chart),
-         "geometry": (geometry_template, geometry), "text": (text_template, text_page)}
+def truth(files: dict[str, dict]) -> set[frozenset]:
+    by_base = defaultdict(list)
+    for name, info in files.items():
+        by_base[info["figure"]].append(name)
+    return {frozenset(p) for members in by_base.values() for p in itertools.combinations(sorted(members), 2)}
 
 
-def caption(im: Image.Image, rng: random.Random) -> Image.Image:
-    out = im.copy()
-    d = ImageDraw.Draw(out)
-    w, h = out.size
-    box = [w - w // 5 - 10, h - 60, w - 10, h - 10]
-    d.rectangle(box, fill="white", outline="black")
-    d.text((box[0] + 6, box[1] + 8), f"src {rng.randint(1, 999)}", fill="black", font=_font(14))
+def shared(a: dict, b: dict) -> str:
+    if a["family"] == b["family"]:
+        return "near" if a.get("near") else "template"
+    return "kind" if a["kind"] == b["kind"] else "nothing"
+
+
+def score_pairs(predicted: set[frozenset], files: dict[str, dict], true: set[frozenset] | None = None) -> dict:
+    true = truth(files) if true is None else true
+    hit = predicted & true
+    precision = len(hit) / len(predicted) if predicted else 1.0
+    recall = len(hit) / len(true) if true else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    base_file = {i["figure"]: n for n, i in files.items() if not i["edit"]}
+    per_edit = defaultdict(lambda: [0, 0])
+    for name, info in files.items():
+        if info["edit"]:
+            per_edit[info["edit"]][1] += 1
+            per_edit[info["edit"]][0] += frozenset((name, base_file[info["figure"]])) in predicted
+    false = predicted - true
+    false_by = Counter(shared(files[a], files[b]) for a, b in map(sorted, false))
+    false_kinds = Counter(files[a]["kind"] if files[a]["kind"] == files[b]["kind"] else "(mixed)"
+                          for a, b in map(sorted, false))
+    return {"precision": precision, "recall": recall, "f1": f1, "pairs": len(predicted), "false": len(false),
+            "false_by": false_by, "false_kinds": false_kinds, "per_edit": {e: tuple(v) for e, v in per_edit.items()}}
+
+
+def clusters_of(rows) -> dict[str, list[tuple]]:
+    out = defaultdict(list)
+    for row in rows:
+        out[row[1]].append(row)
     return out
 
 
-def crop4(im: Image.Image, _rng) -> Image.Image:
-    w, h = im.size
-    return im.crop((w * 4 // 100, h * 4 // 100, w - w * 4 // 100, h - h * 4 // 100))
-
-
-EDITS = {
-    "jpeg_q30": lambda im, _r: im,  # saved as JPEG quality 30 below
-    "half_size": lambda im, _r: im.resize((im.width // 2, im.height // 2), Image.LANCZOS),
-    "crop4": crop4,
-    "caption": caption,
-    "blur": lambda im, _r: im.filter(ImageFilter.GaussianBlur(1.2)),
-    "grey": lambda im, _r: im.convert("L").convert("RGB"),
-}
-
-
-def build(root: Path, figures: int, seed: int) -> tuple[dict[str, int], dict[str, str], dict[int, tuple]]:
-    """Files under root; returns (file -> figure id, edited file -> edit name, figure id -> the
-    template it was drawn from, as (kind, template number))."""
-    rng = random.Random(seed)
-    group, edit_of, family_of = {}, {}, {}
-    i = family = 0
-    while i < figures:
-        kind = list(KINDS)[family % len(KINDS)]
-        make_template, draw = KINDS[kind]
-        template = make_template(rng)
-        for _ in range(min(rng.choice(FAMILY_SIZES), figures - i)):
-            family_of[i] = (kind, family)
-            im = draw(template, rng)
-            name = f"fig{i:04d}.png"
-            im.save(root / name)
-            group[name] = i
-            if rng.random() < 1 / 3:
-                for edit in rng.sample(sorted(EDITS), rng.randint(1, 3)):
-                    out = f"fig{i:04d}_{edit}.jpg"
-                    EDITS[edit](im, rng).save(root / out, "JPEG", quality=30 if edit == "jpeg_q30" else 90)
-                    group[out], edit_of[out] = i, edit
-            i += 1
-        family += 1
-    return group, edit_of, family_of
-
-
-# ---- scoring ---------------------------------------------------------------------------------------------
-
-
-def score_pairs(predicted: set[frozenset], group: dict[str, int], edit_of: dict[str, str],
-                family_of: dict[int, tuple] | None = None) -> dict:
-    """family_of (base id -> (kind, template)), if given, sorts the false pairs by what the two bases
-    share: the template (look-alikes), the kind only, or nothing."""
-    by_base = defaultdict(list)
-    for name, base in group.items():
-        by_base[base].append(name)
-    truth = {frozenset(p) for members in by_base.values() for p in itertools.combinations(sorted(members), 2)}
-    hit = predicted & truth
-    precision = len(hit) / len(predicted) if predicted else 1.0
-    recall = len(hit) / len(truth) if truth else 1.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    base_file = {group[name]: name for name in group if name not in edit_of}
-    per_edit = defaultdict(lambda: [0, 0])
-    for name, edit in edit_of.items():
-        per_edit[edit][1] += 1
-        per_edit[edit][0] += frozenset((name, base_file[group[name]])) in predicted
-    false = predicted - truth
-    false_by = Counter()
-    for a, b in false if family_of else ():
-        fa, fb = family_of[group[a]], family_of[group[b]]
-        false_by["template" if fa == fb else "kind" if fa[0] == fb[0] else "other"] += 1
-    return {"precision": precision, "recall": recall, "f1": f1, "pairs": len(predicted), "false": len(false),
-            "false_by": false_by, "per_edit": {e: tuple(v) for e, v in per_edit.items()}}
-
-
-def score(rows, group: dict[str, int], edit_of: dict[str, str], family_of: dict[int, tuple] | None = None) -> dict:
-    """rows: (relative path, cluster id, ...) per file, as FolderDedupe.rows; every pair inside a
-    cluster is a predicted pair."""
-    clusters = defaultdict(list)
-    for path, cluster_id, *_ in rows:
-        clusters[cluster_id].append(path)
-    predicted = {frozenset(p) for members in clusters.values() for p in itertools.combinations(sorted(members), 2)}
-    return {**score_pairs(predicted, group, edit_of, family_of), "clusters": len(clusters)}
+def cluster_pairs(rows) -> set[frozenset]:
+    return {frozenset(p) for members in clusters_of(rows).values()
+            for p in itertools.combinations(sorted(r[0] for r in members), 2)}
 
 
 def edge_pairs(duplicates: dict[str, list[str]]) -> set[frozenset]:
@@ -277,189 +234,406 @@ def edge_pairs(duplicates: dict[str, list[str]]) -> set[frozenset]:
     return {frozenset((a, b)) for a, listed in duplicates.items() for b in listed if a != b}
 
 
-# ---- the engines --------------------------------------------------------------------------------------------
+# ---- our engine -----------------------------------------------------------------------------------------------
 
 
-def run_ours(root: Path):
-    """`rewardhouse dedupe`'s engine at its defaults: (result, how it was called, seconds)."""
+def engine_api():
+    """(dedupe_folder, hash_files, verify module, whether dedupe_folder takes rule= and hashed=)."""
+    from pipeline.dedupe import verify
     from pipeline.dedupe.folder import dedupe_folder
-
-    start = time.perf_counter()
-    result = dedupe_folder(root)
-    seconds = time.perf_counter() - start
-    if result.errors:
-        print(f"  rewardhouse dedupe: {len(result.errors)} file(s) failed, e.g. {result.errors[0]}")
-    return result, "defaults", seconds
-
-
-def distributions(root: Path, group: dict[str, int], edit_of: dict[str, str]) -> None:
-    """What the radius and the thresholds rest on: Hamming distances per route and verification
-    scores, for edited copies against their base and for every pair of unrelated images."""
-    import numpy as np
-
-    from pipeline.dedupe.engine import phash_distance
     from pipeline.dedupe.hashing import hash_files
-    from pipeline.dedupe.verify import NEAR_MIN, OVERLAY_MIN, compare
-    from pipeline.settings import DEFAULT_MAX_DISTANCE
 
-    names = sorted(group)
-    hashed = [h for h in hash_files([(n, root / n) for n in names]) if not h.error]
-    names = [h.key for h in hashed]
-    col = {c: np.array([getattr(h, c) for h in hashed], np.int64) for c in ("phash", "crop_hash", "top_hash", "bottom_hash")}
-    i, j = np.triu_indices(len(hashed), 1)
-    d = {"phash": phash_distance(col["phash"][i], col["phash"][j]),
-         "crop": np.minimum(phash_distance(col["crop_hash"][i], col["phash"][j]),
-                            phash_distance(col["phash"][i], col["crop_hash"][j])),
-         "top": phash_distance(col["top_hash"][i], col["top_hash"][j]),
-         "bottom": phash_distance(col["bottom_hash"][i], col["bottom_hash"][j])}
-    best = np.minimum.reduce(list(d.values()))
-    base = np.array([group[n] for n in names])
-    same = base[i] == base[j]
-    edited = np.array([edit_of.get(n) for n in names], dtype=object)
-    to_base = same & ((edited[i] == None) | (edited[j] == None))  # noqa: E711  (a copy against its base)
-    print("  distances (bits) of edited copies to their base, median / max, per edit:")
-    for e in sorted(set(edit_of.values())):
-        m = to_base & ((edited[i] == e) | (edited[j] == e))
-        if m.any():
-            print(f"    {e:<16} pHash {int(np.median(d['phash'][m])):>2} / {int(d['phash'][m].max()):>2}   "
-                  f"best route {int(np.median(best[m])):>2} / {int(best[m].max()):>2}")
-    unrelated = ~same
-    print(f"  unrelated pairs ({int(unrelated.sum())}): closest pHash {int(d['phash'][unrelated].min())}, best route "
-          f"{int(best[unrelated].min())}; share that are candidates at radius r (any route): "
-          + ", ".join(f"r={r} {np.mean(best[unrelated] <= r) * 100:.3f} %" for r in (4, 6, 8, 10)))
-    r = DEFAULT_MAX_DISTANCE
-    cand = np.flatnonzero(best <= r)
-    thumbs = np.stack([np.frombuffer(h.thumb, np.uint8).reshape(64, 64) for h in hashed])
-    aspect = np.array([h.width / h.height for h in hashed])
-    chroma = np.array([[h.chroma_cb, h.chroma_cr] for h in hashed])
-    v = compare(thumbs[i[cand]], thumbs[j[cand]], aspect[i[cand]], aspect[j[cand]], chroma[i[cand]], chroma[j[cand]])
-    true_c, false_c = same[cand], ~same[cand]
-    acc_true = v.score[true_c & v.accepted]
-    print(f"  verification at radius {r}: {int(true_c.sum())} candidate pairs of copies, {int(true_c.sum() - (true_c & v.accepted).sum())} "
-          f"refused; lowest accepted score {acc_true.min() if acc_true.size else float('nan'):.4f} "
-          f"(near/crop >= {NEAR_MIN}, overlay >= {OVERLAY_MIN})")
-    if false_c.any():
-        top = np.sort(v.score[false_c])[::-1]
-        print(f"  {int(false_c.sum())} candidate pairs of unrelated images, {int((false_c & v.accepted).sum())} accepted; "
-              f"their best scores {', '.join(f'{x:.4f}' for x in top[:3])}; 99th percentile {np.percentile(top, 99):.4f}")
+    params = inspect.signature(dedupe_folder).parameters
+    return dedupe_folder, hash_files, verify, "rule" in params, "hashed" in params
+
+
+def hash_half(h: Half) -> None:
+    dedupe_folder, hash_files, _, _, takes_hashed = engine_api()
+    if not takes_hashed:
+        return  # dedupe_folder hashes the folder on every call
+    start = time.perf_counter()
+    h.hashed = hash_files([(rel, h.root / rel) for rel in sorted(h.files)])
+    h.hash_seconds = time.perf_counter() - start
+    failed = [x for x in h.hashed if x.error]
+    if failed:
+        print(f"  {h.name}: {len(failed)} file(s) could not be hashed, e.g. {failed[0].key}: {failed[0].error}")
+
+
+def run_ours(h: Half, rule) -> tuple[list[tuple], float]:
+    """FolderDedupe.rows of the half under `rule` (None: the engine's default), and seconds
+    (hashing, done once per half, plus the engine)."""
+    dedupe_folder, _, _, takes_rule, takes_hashed = engine_api()
+    kwargs = {}
+    if takes_rule and rule is not None:
+        kwargs["rule"] = rule
+    if takes_hashed and h.hashed is not None:
+        kwargs["hashed"] = h.hashed
+    start = time.perf_counter()
+    result = dedupe_folder(h.root, **kwargs)
+    seconds = time.perf_counter() - start
+    if result.errors and not takes_hashed:
+        print(f"  {h.name}: {len(result.errors)} file(s) failed, e.g. {result.errors[0]}")
+    return result.rows, seconds + h.hash_seconds
+
+
+def rules() -> tuple[list, object, str]:
+    """(the candidate rules, the default rule, a note)."""
+    _, _, verify, takes_rule, _ = engine_api()
+    default = getattr(verify, "DEFAULT_RULE", None)
+    grid = list(getattr(verify, "tuning_grid", lambda: [None])()) if takes_rule else [None]
+    note = ""
+    if default is not None and default not in grid:
+        grid.insert(0, default)
+        note = "verify.tuning_grid() does not hold DEFAULT_RULE; it was added to the candidates"
+    if default is None or not takes_rule:
+        note = "the engine has no Rule/tuning_grid/dedupe_folder(rule=) yet: only its defaults are measured"
+    return grid, default, note
+
+
+def rule_changes(rule, default) -> str:
+    """The fields in which a rule differs from the default, e.g. 'luma_tol=12.0 region_max=0.25'."""
+    if rule is None or default is None:
+        return "defaults"
+    changed = [f"{f.name}={getattr(rule, f.name)}" for f in dataclasses.fields(rule)
+               if getattr(rule, f.name) != getattr(default, f.name)]
+    return " ".join(changed) or "DEFAULT_RULE"
+
+
+def distance_to(rule, default) -> tuple[int, float]:
+    """How far a rule is from the default: fields changed, then the sum of relative changes."""
+    if rule is None or default is None:
+        return 0, 0.0
+    n, rel = 0, 0.0
+    for f in dataclasses.fields(rule):
+        a, b = getattr(rule, f.name), getattr(default, f.name)
+        if a != b:
+            n += 1
+            try:
+                rel += abs(a - b) / max(abs(b), 1e-9)
+            except TypeError:
+                rel += 1.0
+    return n, rel
+
+
+_GRID: list = []  # for the forked workers of choose()
+_TUNING: list[Half] = []
+
+
+def _grid_job(job: tuple[int, int]) -> tuple[int, int, dict, float]:
+    i, k = job
+    rows, seconds = run_ours(_TUNING[k], _GRID[i])
+    return i, k, score_pairs(cluster_pairs(rows), _TUNING[k].files), seconds - _TUNING[k].hash_seconds
+
+
+def choose(grid: list, default, tuning: list[Half], jobs: int) -> tuple[object, dict, str]:
+    """Runs every rule on the tuning halves (in `jobs` processes); returns (chosen rule,
+    rule -> [score per half], how)."""
+    global _GRID, _TUNING
+    _GRID, _TUNING = grid, tuning
+    todo = [(i, k) for i in range(len(grid)) for k in range(len(tuning))]
+    scores = {i: [None] * len(tuning) for i in range(len(grid))}
+    engine_seconds = 0.0
+    start = time.perf_counter()
+
+    def collect(done) -> None:
+        nonlocal engine_seconds
+        for n, (i, k, s, secs) in enumerate(done, 1):
+            scores[i][k] = s
+            engine_seconds += secs
+            if n % 10 == 0 and n < len(todo):
+                print(f"  rule search: {n}/{len(todo)} runs, {time.perf_counter() - start:.0f}s", flush=True)
+
+    if jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            collect(pool.imap_unordered(_grid_job, todo))
+    else:
+        collect(map(_grid_job, todo))
+    _GRID, _TUNING = [], []
+    mean_f1 = {i: sum(s["f1"] for s in ss) / len(ss) for i, ss in scores.items()}
+    ok = [i for i, ss in scores.items() if all(s["precision"] >= MIN_PRECISION for s in ss)]
+    if ok:
+        best = max(ok, key=lambda i: (round(mean_f1[i], 6), tuple(-x for x in distance_to(grid[i], default))))
+        how = f"best mean F1 among the {len(ok)} of {len(grid)} rules with precision >= {MIN_PRECISION} on every tuning half"
+    else:
+        best = max(scores, key=lambda i: (min(s["precision"] for s in scores[i]), round(mean_f1[i], 6),
+                                          tuple(-x for x in distance_to(grid[i], default))))
+        how = f"no rule reaches precision {MIN_PRECISION} on every tuning half: the rule with the best lowest precision"
+    print(f"\nrules tried on the tuning halves, best mean F1 first:")
+    print(f"  {'rule (fields that differ from DEFAULT_RULE)':<58} "
+          + "   ".join(f"{h.name.split(',')[0] + ' P / R / F1':<17}" for h in tuning) + "   mean F1")
+    order = sorted(scores, key=lambda i: -mean_f1[i])
+    for i in order:
+        mark = ("<- chosen" if i == best else "") + (" (DEFAULT_RULE)" if grid[i] == default and default is not None else "")
+        cells = "   ".join(f"{s['precision']:.3f} {s['recall']:.3f} {s['f1']:.3f}" for s in scores[i])
+        print(f"  {rule_changes(grid[i], default):<58} {cells}   {mean_f1[i]:.3f} {'*' if i in ok else ' '} {mark}")
+    print(f"  * precision >= {MIN_PRECISION} on every tuning half; chosen: {how}")
+    print(f"  engine: {engine_seconds / max(len(todo), 1):.1f}s a run on average ({len(todo)} runs)")
+    return grid[best], {grid[i]: scores[i] for i in scores}, how
+
+
+# ---- imagededup ---------------------------------------------------------------------------------------------------
 
 
 IMAGEDEDUP_CHILD = """
 import json, sys, time
 from imagededup.methods import PHash          # imports torch: paid before the clock
-folder, workers, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+workers, jobs = int(sys.argv[1]), json.loads(sys.argv[2])  # [[folder, [thresholds]], ...]
 encoder = PHash(verbose=False)
-start = time.perf_counter()
-encodings = encoder.encode_images(image_dir=folder, num_enc_workers=workers)
-out = {"encode_seconds": time.perf_counter() - start, "encodings": encodings, "find_seconds": {}, "duplicates": {}}
-for t in range(top + 1):
+out = {}
+for folder, thresholds in jobs:
     start = time.perf_counter()
-    out["duplicates"][t] = encoder.find_duplicates(encoding_map=encodings, max_distance_threshold=t,
-                                                   num_dist_workers=workers)
-    out["find_seconds"][t] = time.perf_counter() - start
+    encodings = encoder.encode_images(image_dir=folder, num_enc_workers=workers)
+    res = {"encode_seconds": time.perf_counter() - start, "encoded": len(encodings), "find_seconds": {},
+           "duplicates": {}}
+    for t in thresholds:
+        start = time.perf_counter()
+        res["duplicates"][t] = encoder.find_duplicates(encoding_map=encodings, max_distance_threshold=t,
+                                                       num_dist_workers=workers)
+        res["find_seconds"][t] = time.perf_counter() - start
+    out[folder] = res
 print(json.dumps(out))
 """
 
 
-def run_imagededup(root: Path) -> tuple[dict | None, str]:
+def run_imagededup(halves: list[Half], scale: Half | None = None) -> str:
+    """Fills each half's .peer (thresholds 0..MAX_THRESHOLD; the scale set's at DEFAULT_THRESHOLD
+    only); returns why not, or ''."""
     python, why = peer_python()
     if python is None:
-        return None, why
-    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    out = subprocess.run([str(python), "-c", IMAGEDEDUP_CHILD, str(root), str(workers), str(MAX_THRESHOLD)],
+        return why
+    jobs = [[str(h.root), list(range(MAX_THRESHOLD + 1))] for h in halves]
+    if scale is not None:
+        jobs.append([str(scale.root), [DEFAULT_THRESHOLD]])
+        halves = [*halves, scale]
+    out = subprocess.run([str(python), "-c", IMAGEDEDUP_CHILD, str(_cores()), json.dumps(jobs)],
                          capture_output=True, text=True, check=False)
     if out.returncode:
-        return None, f"run failed: {(out.stderr.strip().splitlines() or ['no output'])[-1]}"
+        return f"run failed: {(out.stderr.strip().splitlines() or ['no output'])[-1]}"
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["duplicates"] = {int(t): d for t, d in result["duplicates"].items()}
-    result["find_seconds"] = {int(t): s for t, s in result["find_seconds"].items()}
-    return result, ""
+    for h in halves:
+        r = result[str(h.root)]
+        r["duplicates"] = {int(t): d for t, d in r["duplicates"].items()}
+        r["find_seconds"] = {int(t): s for t, s in r["find_seconds"].items()}
+        r["scores"] = {t: score_pairs(edge_pairs(d), h.files) for t, d in r["duplicates"].items()}
+        h.peer = r
+    return ""
 
 
-# ---- report ----------------------------------------------------------------------------------------------------
+# ---- report -------------------------------------------------------------------------------------------------------
 
 
-def evaluate(title: str, root: Path, group: dict[str, int], edit_of: dict[str, str], extra_edits=(),
-             family_of: dict[int, tuple] | None = None) -> None:
-    result, how, seconds = run_ours(root)
-    rows = [(f"rewardhouse dedupe ({how})", score(result.rows, group, edit_of, family_of), seconds)]
-
-    peer, why = run_imagededup(root)
-    if peer:
-        encoded = len(peer["encodings"])
-        if encoded < len(group):
-            print(f"  imagededup encoded {encoded} of {len(group)} files")
-        scored = {t: score_pairs(edge_pairs(d), group, edit_of, family_of) for t, d in peer["duplicates"].items()}
-        best = max(scored, key=lambda t: (scored[t]["f1"], -t))
-        for label, t in ((f"imagededup PHash t={DEFAULT_THRESHOLD}", DEFAULT_THRESHOLD),
-                         (f"imagededup PHash best t={best}", best)):
-            rows.append((label, scored[t], peer["encode_seconds"] + peer["find_seconds"][t]))
-
-    edits = sorted(set(edit_of.values()), key=lambda e: (e in extra_edits, e))
-    heads = [f"{e}*" if e in extra_edits else e for e in edits]
-    print(f"\n{title}")
-    print(f"{'engine':<34} {'precision':>9} {'recall':>7} {'F1':>6} {'pairs':>6} {'false':>6} {'seconds':>8}  "
-          + "  ".join(f"{h:>{max(len(h), 7)}}" for h in heads))
+def report(h: Half, rows: list[tuple[str, dict, float]], worst: list[tuple[str, list]]) -> None:
+    print(f"\n{h.name}: {describe(h)}")
+    print(f"  {'engine':<40} {'precision':>9} {'recall':>7} {'F1':>6} {'pairs':>6} {'false':>6} {'seconds':>8}   "
+          f"false pairs sharing: near/template/kind/nothing")
     for label, s, secs in rows:
-        found = {e: "{}/{}".format(*s["per_edit"][e]) for e in edits}
-        cells = "  ".join(f"{found[e]:>{max(len(h), 7)}}" for e, h in zip(edits, heads))
-        print(f"{label:<34} {s['precision']:>9.3f} {s['recall']:>7.3f} {s['f1']:>6.3f} {s['pairs']:>6} "
-              f"{s['false']:>6} {secs:>8.2f}  {cells}")
-    print("  pairs: predicted pairs (ours: all pairs inside a cluster; imagededup: the pairs find_duplicates "
-          "lists, as edges, not closed into clusters); false: predicted pairs of different bases")
-    print("  per edit: edited copies paired with their base / edited copies; seconds: hashing + grouping "
-          "(imagededup: encode_images + find_duplicates, torch import excluded)")
-    if family_of:
-        print("  false pairs by what the two figures share (look-alikes of one template / same kind, other "
-              "template / different kinds):")
-        for label, s, _ in rows:
-            f = s["false_by"]
-            print(f"    {label:<34} {f['template']:>4} / {f['kind']:>4} / {f['other']:>4}")
-    if extra_edits:
-        print(f"  * extra edits, beyond the first eight: {', '.join(extra_edits)}")
-    if peer:
-        f1s = " ".join(f"{t}:{s['f1']:.3f}" for t, s in sorted(scored.items()))
-        print(f"  imagededup F1 by threshold: {f1s}")
-        print("  (imagededup's PHash thresholds at the median, so every hash has the same number of bits set and "
-              "distances are even: an odd t acts as t-1)")
-    else:
-        print(f"  imagededup peer unavailable: {why}")
-    distributions(root, group, edit_of)
+        f = s["false_by"]
+        print(f"  {label:<40} {s['precision']:>9.3f} {s['recall']:>7.3f} {s['f1']:>6.3f} {s['pairs']:>6} {s['false']:>6} "
+              f"{secs:>8.2f}   {f['near']:>4} / {f['template']:>4} / {f['kind']:>4} / {f['nothing']:>4}")
+    edits = sorted({e for _, s, _ in rows for e in s["per_edit"]})
+    if edits:
+        heads = [short(label) for label, _, _ in rows]
+        width = max(11, *(len(x) for x in heads))
+        print("  recall per edit (copies paired with their base / copies):")
+        print(f"    {'edit':<16}" + "".join(f"{x:>{width + 2}}" for x in heads))
+        for e in edits:
+            cells = "".join(f"{'{}/{}'.format(*s['per_edit'].get(e, (0, 0))):>{width + 2}}" for _, s, _ in rows)
+            print(f"    {e:<16}{cells}")
+    for label, s, _ in rows:
+        if s["false"] and label.startswith("rewardhouse"):
+            kinds = ", ".join(f"{k} {n}" for k, n in s["false_kinds"].most_common(8))
+            print(f"  {label}: false pairs by kind/source: {kinds}")
+    for label, clusters in worst:
+        if not clusters:
+            continue
+        print(f"  worst false clusters, {label} (file, family, edit; engine's kind and score):")
+        for members, n_false in clusters:
+            bases = len({h.files[m[0]]["figure"] for m in members})
+            print(f"    {len(members)} files of {bases} bases, {n_false} false pairs:")
+            for m in members[:WORST_MEMBERS]:
+                info = h.files[m[0]]
+                score = "" if m[5] is None else f"{m[5]:.4f}"
+                print(f"      {m[0]:<44} {info['family']:<40} {info['edit'] or '-':<15} {m[4] or 'canonical':<9} {score}")
+            if len(members) > WORST_MEMBERS:
+                print(f"      ... and {len(members) - WORST_MEMBERS} more")
+
+
+def short(label: str) -> str:
+    """A column head for an engine's row label."""
+    if label.startswith("imagededup PHash "):
+        return "imgdd " + label.split()[2]
+    return {"rewardhouse (chosen rule)": "ours chosen", "rewardhouse (DEFAULT_RULE)": "ours default",
+            "rewardhouse (chosen = DEFAULT_RULE)": "ours", "rewardhouse (defaults)": "ours"}.get(label, label)
+
+
+def worst_clusters(h: Half, rows) -> list[tuple[list, int]]:
+    out = []
+    for members in clusters_of(rows).values():
+        if len(members) < 2:
+            continue
+        by_base = Counter(h.files[m[0]]["figure"] for m in members)
+        n = len(members)
+        n_false = n * (n - 1) // 2 - sum(c * (c - 1) // 2 for c in by_base.values())
+        if n_false:
+            out.append((sorted(members, key=lambda m: (not m[2], m[0])), n_false))
+    return sorted(out, key=lambda x: -x[1])[:WORST_CLUSTERS]
+
+
+def engines(chosen, default, tuned: bool) -> list[tuple[str, object]]:
+    """(label, rule) of the rules to report."""
+    if default is None:
+        return [("rewardhouse (defaults)", None)]
+    if not tuned:
+        return [("rewardhouse (DEFAULT_RULE)", default)]
+    if chosen == default:
+        return [("rewardhouse (chosen = DEFAULT_RULE)", default)]
+    return [("rewardhouse (chosen rule)", chosen), ("rewardhouse (DEFAULT_RULE)", default)]
+
+
+def evaluate_set(halves: list[Half], chosen, default, tuned: bool, peer_why: str) -> None:
+    best_t = None
+    for h in halves:
+        rows, worst = [], []
+        for label, rule in engines(chosen, default, tuned):
+            found, secs = run_ours(h, rule)
+            s = score_pairs(cluster_pairs(found), h.files)
+            rows.append((label, s, secs))
+            worst.append((label, worst_clusters(h, found)))
+        if h.peer:
+            scores = h.peer["scores"]
+            if best_t is None:  # chosen on the tuning half, the first
+                best_t = max(scores, key=lambda t: (scores[t]["f1"], -t))
+            for label, t in ((f"imagededup PHash t={DEFAULT_THRESHOLD}", DEFAULT_THRESHOLD),
+                             (f"imagededup PHash t={best_t} (tuned)", best_t)):
+                rows.append((label, scores[t], h.peer["encode_seconds"] + h.peer["find_seconds"][t]))
+        report(h, rows, worst)
+        if h.peer:
+            f1s = " ".join(f"{t}:{s['f1']:.3f}" for t, s in sorted(h.peer["scores"].items()))
+            print(f"  imagededup F1 by threshold: {f1s}")
+            if h.peer["encoded"] < len(h.files):
+                print(f"  imagededup encoded {h.peer['encoded']} of {len(h.files)} files")
+        elif peer_why:
+            print(f"  imagededup peer unavailable: {peer_why}")
+    if best_t is not None:
+        print(f"  (imagededup's threshold t={best_t} has the best F1 on the tuning half; its PHash thresholds at the "
+              "median, so distances are even: an odd t acts as t-1)")
+
+
+def evaluate_scale(h: Half, chosen, default, tuned: bool) -> None:
+    print(f"\n{h.name}: {len(h.files)} files, every pair a false pair")
+    for label, rule in engines(chosen, default, tuned):
+        found, secs = run_ours(h, rule)
+        clusters = [m for m in clusters_of(found).values() if len(m) > 1]
+        pairs = cluster_pairs(found)
+        per_family = Counter(h.files[m[0][0]]["family"] for m in clusters)
+        fams = ", ".join(f"{f} {n}" for f, n in sorted(per_family.items())) or "-"
+        print(f"  {label}: {len(clusters)} clusters ({fams}), {len(pairs)} false pairs, {secs:.2f} s "
+              f"(hashing {h.hash_seconds:.2f} s)")
+        for members, n_false in worst_clusters(h, found)[:2]:
+            print(f"    e.g. {len(members)} files: " + ", ".join(f"{m[0]} ({m[4] or 'canonical'}"
+                                                                  f"{'' if m[5] is None else f' {m[5]:.4f}'})"
+                                                                  for m in members[:4]))
+    if h.peer:
+        s = h.peer["scores"][DEFAULT_THRESHOLD]
+        print(f"  imagededup PHash t={DEFAULT_THRESHOLD}: {s['pairs']} false pairs, "
+              f"{h.peer['encode_seconds'] + h.peer['find_seconds'][DEFAULT_THRESHOLD]:.2f} s")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--figures", type=int, default=400)
-    parser.add_argument("--photos", type=int, default=250, help="at most this many base photos")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--figures", type=int, default=800)
+    parser.add_argument("--photos", type=int, default=300, help="at most this many base photos (tiles)")
+    parser.add_argument("--scale", type=int, default=2000, help="figures in the scale check (half pies, half bars)")
+    parser.add_argument("--per-edit", type=int, default=32, help="edited copies per edit per half")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--sets", default="figures,photos", help="comma-separated: figures, photos")
+    parser.add_argument("--sets", default="figures,photos,scale", help="comma-separated: figures, photos, scale")
+    parser.add_argument("--keep", type=Path, help="build the sets here, keep them, reuse them when the options match")
+    parser.add_argument("--quick", action="store_true", help="small sets: a smoke test")
+    parser.add_argument("--no-tuning", action="store_true", help="report DEFAULT_RULE only, no rule search")
+    parser.add_argument("--jobs", type=int, default=_cores(), help="processes for the rule search (default: every core)")
     args = parser.parse_args()
+    if args.quick:
+        args.figures, args.photos, args.scale, args.per_edit = 240, 60, 400, 10
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = set(sets) - {"figures", "photos"}
+    unknown = set(sets) - {"figures", "photos", "scale"}
     if unknown:
         parser.error(f"unknown set(s): {', '.join(sorted(unknown))}")
+    started = time.perf_counter()
+    tmp = None
+    if args.keep:
+        top = args.keep.resolve()
+        top.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="rewardhouse-dq-")
+        top = Path(tmp.name)
+    try:
+        return _run(args, sets, top, started)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
 
+
+def _run(args, sets: list[str], top: Path, started: float) -> int:
+    python, why = (None, "")
+    if "figures" in sets or "scale" in sets:
+        python, why = peer_python()
+        if python is None:
+            print(f"figures and scale skipped: they are drawn by .bench-venv's matplotlib, which is unavailable: {why}")
+            sets = [s for s in sets if s == "photos"]
+    built: dict[str, list[Half]] = {}
     for which in sets:
-        with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp)
-            started = time.perf_counter()
-            if which == "figures":
-                group, edit_of, family_of = build(root, args.figures, args.seed)
-                bases = len(set(group.values()))
-                sizes = Counter(family_of.values())
-                lookalikes = sum(1 for f in family_of.values() if sizes[f] > 1)
-                print(f"flat figures: {len(group)} files, {bases} figures ({lookalikes} with an unrelated look-alike "
-                      f"of the same template), {len(edit_of)} edited copies "
-                      f"(built in {time.perf_counter() - started:.1f}s)")
-                evaluate("flat figures", root, group, edit_of, family_of=family_of)
-            else:
-                print("photos: building the set")
-                group, edit_of = photoset.build(root, args.photos, args.seed)
-                bases = len(set(group.values()))
-                print(f"photos: {len(group)} files, {bases} base photos, {len(edit_of)} edited copies "
-                      f"(built in {time.perf_counter() - started:.1f}s)")
-                evaluate("photos", root, group, edit_of, photoset.EXTRA_EDITS)
-        print()
+        t = time.perf_counter()
+        if which == "figures":
+            built[which], reused = build_figures(top / "figures", python, args.figures, args.seed, args.per_edit)
+        elif which == "photos":
+            print("photos: building the set", flush=True)
+            built[which], reused = build_photos(top / "photos", args.photos, args.seed, args.per_edit)
+        else:
+            half, reused = build_scale(top / "scale", python, args.scale, args.seed)
+            built[which] = [half]
+        print(f"{which}: {'reused' if reused else 'built'} in {time.perf_counter() - t:.1f}s: "
+              + "; ".join(f"{h.name.split(', ')[-1]} {len(h.files)} files" for h in built[which]), flush=True)
+    halves = [h for hs in built.values() for h in hs]
+    t = time.perf_counter()
+    for h in halves:
+        hash_half(h)
+    print(f"hashed every half once in {time.perf_counter() - t:.1f}s", flush=True)
+
+    grid, default, note = rules()
+    if note:
+        print(f"note: {note}")
+    tuning = [built[s][0] for s in ("figures", "photos") if s in built]
+    t = time.perf_counter()
+    if args.no_tuning:
+        grid = [default]
+        print("tuning skipped (--no-tuning): DEFAULT_RULE only")
+    tuned = bool(tuning) and len(grid) > 1
+    if tuned:
+        chosen, _, _ = choose(grid, default, tuning, args.jobs)
+        print(f"  ({len(grid)} rules x {len(tuning)} tuning halves in {time.perf_counter() - t:.1f}s, "
+              f"{args.jobs} process(es))")
+    else:
+        chosen = default
+    if default is not None and tuned:
+        same = chosen == default
+        print(f"\nchosen rule: {rule_changes(chosen, default)}")
+        print("DEFAULT_RULE IS the rule the tuning halves chose" if same else
+              f"DEFAULT_RULE is NOT the rule the tuning halves chose (default: {default}; chosen: {chosen})")
+
+    t = time.perf_counter()
+    folders = [h for which in ("figures", "photos") for h in built.get(which, [])]
+    scale = built["scale"][0] if "scale" in built else None
+    peer_why = run_imagededup(folders, scale) if halves else ""
+    print(f"imagededup over {len(halves)} folder(s) in {time.perf_counter() - t:.1f}s (torch import included)"
+          + (f": {peer_why}" if peer_why else ""))
+    for which in ("figures", "photos"):
+        if which in built:
+            evaluate_set(built[which], chosen, default, tuned, peer_why)
+    if "scale" in built:
+        evaluate_scale(built["scale"][0], chosen, default, tuned)
+    print(f"\nwhole run: {time.perf_counter() - started:.0f}s")
     return 0
 
 

@@ -1,24 +1,41 @@
 """A benchmark set of photographs with edited copies, built at bench time and never committed.
 
-Bases come from Debian wallpaper packages (fetched with `apt-get download`, unpacked with
+Pictures come from Debian wallpaper packages (fetched with `apt-get download`, unpacked with
 `dpkg-deb -x`, never installed; about half of their pictures are digital illustrations rather than
 photographs) and from the sample photos shipped inside the scikit-image wheel (fetched with
 `pip download`). Both are cached under ~/.cache/rewardhouse-bench, or under
 $REWARDHOUSE_BENCH_CACHE. gnome-backgrounds and mate-backgrounds are left out on purpose: they are
 kept for an independent check.
 
-One base per picture: identical files are dropped by sha256, a KDE wallpaper keeps one of its
-resolutions, and bases whose pHash (imagehash) is within NEAR_BASE of an earlier base are dropped so
-that the ground truth holds no accidental duplicates. Bases are downscaled to a random longest side
-in 640..1280 px (never upscaled) and saved as JPEG q90; about 2/3 of them get 1-3 edited copies.
+One picture per file: identical files are dropped by sha256 and a KDE wallpaper keeps one of its
+resolutions. A large picture is cut into up to 3 x 2 tiles with a gap of GAP between them (no tile
+holds a pixel of another), each its own base: the sources hold about 65 pictures, too few to
+measure recall per edit, and tiles of one picture are look-alikes (same palette, light and
+texture) that are not copies of each other. Nearly plain tiles (a patch of sky, a gradient) are
+dropped: two of them look alike whatever they came from. Bases whose pHash (imagehash) is within
+NEAR_BASE of an earlier base are dropped so that the ground truth holds no accidental duplicates.
+Each base is then scaled to a width drawn log-uniformly from 320 to 4000 px (at most UPSCALE x its
+own width) and saved as JPEG q90.
 
-    build(root, max_bases, seed) -> (file -> base id, edited file -> edit name)
+Halves: bases are split by picture (all tiles of a picture in one half), by a hash of the
+picture's name within each source, so the split does not move with the seed or the sample.
+
+Edited copies: the edits of EDITS are dealt over each half's bases so that every edit occurs about
+`per_edit` times per half (at most MAX_COPIES per base). EDITS keeps the earlier ten (`caption` is a
+box 20 % of the image's width) and adds two from edits.py: `caption_bar` (a bar across the full
+width, 10-20 % high, at the top or the bottom) and `corner_box_px` (a 200 x 30 px box whatever the
+image's size: 60 % of the width of a 320 px picture, 5 % of a 4000 px one).
+
+    build(root, max_bases, seed, per_edit) -> {"<half>/<file>": {"figure": base id, "edit": name
+    or None, "family": picture, "kind": source, "half": half}}
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
+import multiprocessing
 import os
 import random
 import shutil
@@ -32,6 +49,9 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter, ImageFont
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import edits  # noqa: E402
+
 CACHE = Path(os.environ.get("REWARDHOUSE_BENCH_CACHE") or Path.home() / ".cache" / "rewardhouse-bench")
 PACKAGES = ("ukui-wallpapers", "plasma-workspace-wallpapers", "lomiri-wallpapers-20.04")
 SKIMAGE = "scikit-image"
@@ -41,6 +61,13 @@ PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SKIMAGE_SKIP = {"chessboard_GRAY", "chessboard_RGB", "color", "horse", "logo", "microaneurysms", "phantom",
                 "no_time_for_that_tiny", "multipage", "multipage_rgb", "motorcycle_right"}
 MIN_SIDE = 300  # longest side below this: too small to stand for a photo
+TILE_W, TILE_H = 1300, 1100  # a picture is cut into round(w / TILE_W) x round(h / TILE_H) tiles, at most 3 x 2
+GAP = 0.06  # between tiles, of the picture's width or height
+MIN_DETAIL, MIN_SPREAD = 1.0, 5.0  # a tile with less detail or spread than this (grey levels, see plain()) is dropped
+WIDTHS = (320, 4000)  # bases are scaled to a width drawn log-uniformly from this range ...
+UPSCALE = 4.0  # ... but at most this many times their own width
+MAX_COPIES = 5  # edited copies of one base
+HALVES = ("tuning", "held_back")
 MAX_SOURCE_SIDE = 2560  # a KDE wallpaper keeps its largest resolution up to this
 NEAR_BASE = 10  # imagehash pHash distance at or below which two bases count as the same picture
 MIN_BASES = 30
@@ -103,7 +130,9 @@ def skimage_wheel() -> tuple[Path | None, str]:
         return found[-1], ""
     why = "no pip found"
     python3 = shutil.which("python3")
-    for python in dict.fromkeys([sys.executable] + ([python3] if python3 else [])):
+    peer = Path(__file__).resolve().parents[2] / ".bench-venv" / "bin" / "python"  # bench_hashing.peer_python's
+    pythons = [sys.executable] + ([python3] if python3 else []) + ([str(peer)] if peer.exists() else [])
+    for python in dict.fromkeys(pythons):
         why = _run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(wheels),
                     SKIMAGE], wheels)
         found = sorted(wheels.glob("scikit_image-*.whl"))
@@ -173,12 +202,38 @@ def _rgb(im: Image.Image) -> Image.Image:
 @dataclass
 class Base:
     source: str
-    name: str
-    image: Image.Image
+    name: str  # the picture's path inside its source
+    tile: str  # "c,r of cols x rows", or "" for a whole picture
+    image: Image.Image  # at the base's final width when that is below the tile's, else the tile itself
+    width: int  # the base's final width
+
+
+def tiles(im: Image.Image) -> list[tuple[str, Image.Image]]:
+    """The picture cut into a grid of equal tiles with a gap of GAP between them."""
+    w, h = im.size
+    cols = min(max(round(w / TILE_W), 1), 3)
+    rows = min(max(round(h / TILE_H), 1), 2)
+    if cols == rows == 1:
+        return [("", im)]
+    gw, gh = round(w * GAP) if cols > 1 else 0, round(h * GAP) if rows > 1 else 0
+    tw, th = (w - (cols - 1) * gw) // cols, (h - (rows - 1) * gh) // rows
+    return [(f"{c},{r} of {cols}x{rows}", im.crop((c * (tw + gw), r * (th + gh), c * (tw + gw) + tw, r * (th + gh) + th)))
+            for r in range(rows) for c in range(cols)]
+
+
+def plain(im: Image.Image) -> bool:
+    """Nearly plain (a patch of sky, a gradient): the grey image at 128 x 128 spreads less than
+    MIN_SPREAD grey levels, or less than MIN_DETAIL once blurred away (Gaussian, 6 px). Two such
+    tiles look alike whatever they came from, so they make no ground truth."""
+    import numpy as np
+
+    g = im.convert("L").resize((128, 128), Image.BILINEAR)
+    detail = np.asarray(g, np.float32) - np.asarray(g.filter(ImageFilter.GaussianBlur(6)), np.float32)
+    return float(np.asarray(g, np.float32).std()) < MIN_SPREAD or float(detail.std()) < MIN_DETAIL
 
 
 def collect_bases(seed: int, log=print) -> list[Base]:
-    """Every usable base picture, downscaled, in a stable order; logs what each source gave."""
+    """Every usable base (a picture or a tile of one), in a stable order; logs what each source gave."""
     import imagehash
 
     candidates: list[Candidate] = []
@@ -195,7 +250,7 @@ def collect_bases(seed: int, log=print) -> list[Base]:
         candidates += skimage_candidates(wheel)
 
     rng = random.Random(seed)
-    bases, seen, identical = [], set(), 0
+    bases, seen, identical, flat = [], set(), 0, 0
     for c in candidates:
         digest = hashlib.sha256(c.data).hexdigest()
         if digest in seen:
@@ -204,12 +259,18 @@ def collect_bases(seed: int, log=print) -> list[Base]:
         seen.add(digest)
         with Image.open(io.BytesIO(c.data)) as im:
             im = _rgb(im)
-        scale = rng.randint(640, 1280) / max(im.size)
-        if scale < 1:
-            im = im.resize((round(im.width * scale), round(im.height * scale)), Image.LANCZOS)
-        bases.append(Base(c.source, c.name, im))
+        for tile, part in tiles(im):
+            if tile and plain(part):
+                flat += 1
+                continue
+            width = min(round(math.exp(rng.uniform(*map(math.log, WIDTHS)))), round(part.width * UPSCALE))
+            if width < part.width:
+                part = part.resize((width, max(round(part.height * width / part.width), 1)), Image.LANCZOS)
+            bases.append(Base(c.source, c.name, tile, part, width))
     if identical:
         log(f"  dropped {identical} byte-identical file(s) found in more than one place")
+    if flat:
+        log(f"  dropped {flat} nearly plain tile(s)")
 
     # The same picture under two names (or an edit of it) would be an error in the ground truth.
     hashes = [imagehash.phash(b.image) for b in bases]
@@ -218,18 +279,24 @@ def collect_bases(seed: int, log=print) -> list[Base]:
         close = [(hashes[i] - hashes[j], j) for j in kept if hashes[i] - hashes[j] <= NEAR_BASE]
         if close:
             dist, j = min(close)
-            near.append(f"{b.source}:{b.name} ~ {bases[j].source}:{bases[j].name} (pHash distance {dist})")
+            near.append(f"{_label(b)} ~ {_label(bases[j])} (pHash distance {dist})")
         else:
             kept.append(i)
     for line in near:
         log(f"  dropped near-identical base: {line}")
+    pictures = Counter(source for source, _ in {(bases[i].source, bases[i].name) for i in kept})
     counts = Counter(bases[i].source for i in kept)
-    log("  base photos per source: " + ", ".join(f"{s} {counts.get(s, 0)}" for s in (*PACKAGES, SKIMAGE)))
+    log("  bases (pictures) per source: " + ", ".join(f"{s} {counts.get(s, 0)} ({pictures.get(s, 0)})"
+                                                      for s in (*PACKAGES, SKIMAGE)))
     if len(kept) > 1:
         dist, i, j = min((hashes[i] - hashes[j], i, j) for n, i in enumerate(kept) for j in kept[n + 1:])
-        log(f"  closest kept bases: {bases[i].source}:{bases[i].name} ~ {bases[j].source}:{bases[j].name} "
+        log(f"  closest kept bases: {_label(bases[i])} ~ {_label(bases[j])} "
             f"(imagehash pHash distance {dist}; bases at <= {NEAR_BASE} are dropped)")
     return [bases[i] for i in kept]
+
+
+def _label(b: Base) -> str:
+    return f"{b.source}:{b.name}" + (f" [{b.tile}]" if b.tile else "")
 
 
 # ---- edits ------------------------------------------------------------------------------------------------
@@ -259,17 +326,7 @@ def caption(im: Image.Image, rng: random.Random) -> Image.Image:
     return out
 
 
-def watermark(im: Image.Image, rng: random.Random) -> Image.Image:
-    """Semi-transparent white text with a dark rim, like a stock-photo or channel logo."""
-    layer = Image.new("RGBA", im.size, (0, 0, 0, 0))
-    size = max(im.height // 10, 12)
-    text = rng.choice(["© PhotoStock", "SAMPLE", "@picture_daily", "© 2024 studio"])
-    d = ImageDraw.Draw(layer)
-    left, top, right, bottom = d.textbbox((0, 0), text, font=_font(size), stroke_width=2)
-    x = rng.randint(0, max(im.width - (right - left), 0))
-    y = rng.randint(0, max(im.height - (bottom - top), 0))
-    d.text((x, y), text, font=_font(size), fill=(255, 255, 255, 120), stroke_width=2, stroke_fill=(0, 0, 0, 90))
-    return Image.alpha_composite(im.convert("RGBA"), layer).convert("RGB")
+watermark = edits.watermark  # semi-transparent white text with a dark rim, like a stock-photo logo
 
 
 def crop4(im: Image.Image, _rng) -> Image.Image:
@@ -294,38 +351,77 @@ EDITS = {
     "caption": (caption, "JPEG", 90),
     "png_3q": (lambda im, _r: _scaled(im, 0.75), "PNG", None),
     "jpeg_q25": (lambda im, _r: im, "JPEG", 25),
-    # extra: edits users meet that the first eight leave out
     "watermark": (watermark, "JPEG", 90),
     "offcentre_crop": (offcentre_crop, "JPEG", 90),
+    "caption_bar": (edits.caption_bar, "JPEG", 90),  # full width, 10-20 % high, top or bottom
+    "corner_box_px": (edits.corner_box_px, "JPEG", 90),  # edits.BOX_PX, whatever the image's size
 }
-EXTRA_EDITS = ("watermark", "offcentre_crop")
 
 
 def _save(im: Image.Image, path: Path, fmt: str, quality: int | None) -> None:
     if fmt == "JPEG":
         im.save(path, "JPEG", quality=quality)
     else:
-        im.save(path, fmt)
+        im.save(path, fmt, compress_level=3)
 
 
-def build(root: Path, max_bases: int, seed: int, log=print) -> tuple[dict[str, int], dict[str, str]]:
-    """Files under root; returns (file -> base id, edited file -> edit name)."""
+def half_of(bases: list[Base]) -> dict[tuple[str, str], str]:
+    """(source, picture) -> half: within each source, pictures in the order of a hash of their
+    name, alternately."""
+    out = {}
+    for source in sorted({b.source for b in bases}):
+        names = sorted({b.name for b in bases if b.source == source},
+                       key=lambda n: hashlib.sha256(f"{source}:{n}".encode()).hexdigest())
+        for i, name in enumerate(names):
+            out[(source, name)] = HALVES[i % 2]
+    return out
+
+
+_BASES: list[Base] = []  # for the forked workers of build()
+
+
+def _write_base(job: tuple) -> list[tuple[str, str | None]]:
+    root, i, half, copies = job
+    base = _BASES[i]
+    im = base.image
+    if im.width != base.width:  # an upscaled base
+        im = im.resize((base.width, max(round(im.height * base.width / im.width), 1)), Image.LANCZOS)
+    name = f"{half}/photo{i:04d}.jpg"
+    _save(im, Path(root) / name, "JPEG", 90)
+    out = [(name, None)]
+    for edit, seed in copies:
+        fn, fmt, quality = EDITS[edit]
+        copy = f"{half}/photo{i:04d}_{edit}.{'png' if fmt == 'PNG' else 'jpg'}"
+        _save(fn(im, random.Random(seed)), Path(root) / copy, fmt, quality)
+        out.append((copy, edit))
+    return out
+
+
+def build(root: Path, max_bases: int, seed: int, per_edit: int = 32, workers: int = 2,
+          log=print) -> dict[str, dict]:
+    """Files under root/<half>/; returns the manifest (see the module's docstring)."""
+    global _BASES
     bases = collect_bases(seed, log)
     if len(bases) < MIN_BASES:
         raise SystemExit(f"photo set: only {len(bases)} base photos found, need at least {MIN_BASES} "
                          f"(see the lines above for sources that could not be fetched; cache: {CACHE})")
     rng = random.Random(seed)
     if len(bases) > max_bases:
-        bases = rng.sample(bases, max_bases)
-    group, edit_of = {}, {}
-    for i, base in enumerate(bases):
-        name = f"photo{i:04d}.jpg"
-        _save(base.image, root / name, "JPEG", 90)
-        group[name] = i
-        if rng.random() < 2 / 3:
-            for edit in rng.sample(sorted(EDITS), rng.randint(1, 3)):
-                fn, fmt, quality = EDITS[edit]
-                out = f"photo{i:04d}_{edit}.{'png' if fmt == 'PNG' else 'jpg'}"
-                _save(fn(base.image, rng), root / out, fmt, quality)
-                group[out], edit_of[out] = i, edit
-    return group, edit_of
+        bases = [bases[i] for i in sorted(rng.sample(range(len(bases)), max_bases))]
+    halves = half_of(bases)
+    jobs = []
+    for half in HALVES:
+        (root / half).mkdir(parents=True, exist_ok=True)
+        ids = [i for i, b in enumerate(bases) if halves[(b.source, b.name)] == half]
+        dealt = edits.deal(ids, sorted(EDITS), per_edit, rng, most=MAX_COPIES)
+        jobs += [(str(root), i, half, [(e, rng.randrange(2**32)) for e in dealt[i]]) for i in ids]
+    _BASES = bases
+    files = {}
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for (_, i, half, _), written in zip(jobs, pool.imap(_write_base, jobs)):
+            b = bases[i]
+            for rel, edit in written:
+                files[rel] = {"figure": i, "edit": edit, "family": f"{b.source}:{b.name}", "kind": b.source,
+                              "half": half}
+    _BASES = []
+    return files
