@@ -140,13 +140,6 @@ def _nearest(pairs: Pairs, k: int) -> np.ndarray:
     rank = np.arange(2 * n) - np.repeat(start, np.diff(np.r_[start, 2 * n]))
     keep[which[order[rank < k]]] = True
     return keep
-    for mine, other in ((pairs.a, pairs.b), (pairs.b, pairs.a)):
-        order = np.lexsort((other, pairs.distance, mine))
-        sorted_mine = mine[order]
-        start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
-        rank = np.arange(n) - np.repeat(start, np.diff(np.r_[start, n]))
-        keep[order[rank < k]] = True
-    return keep
 
 
 # ---- 3. verification -------------------------------------------------------------------------

@@ -140,18 +140,13 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
     lines.append(f"alignment: {searched}, {e['crop_per_side'] * 100:.1f} % off the most "
                  f"cropped side; mean grey {e['mean_grey'][0]} vs {e['mean_grey'][1]}, spread {e['std_grey'][0]} vs "
                  f"{e['std_grey'][1]}")
-    if e["judged"]:
-        lines.append(f"residual map: {e['differing'] * 100:.2f} % of the frame differs (luma > {r.luma_tol:g}, chroma > "
-                     f"{r.chroma_tol:g} beyond the half-pixel envelope); largest region "
-                     + (f"{e['region']}: {e['region_share'] * 100:.1f} % of the frame (<= {r.region_max * 100:g} %), "
-                        f"{e['hidden'] * 100:.1f} % of the content (<= {r.hidden_max * 100:g} %; above "
-                        f"{r.hidden_small * 100:g} % it must differ over >= {r.fill_min * 100:g} % of its box: "
-                        f"{e['fill'] * 100:.0f} %)" if e["region"] else "none")
-                     + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %); score {e['score']:.4f}")
-    else:
-        lines.append("not judged: no alignment correlates")
-    if e["same_hue"] is False:
-        lines.append(f"different colours: mean chroma {e['mean_chroma'][0]} vs {e['mean_chroma'][1]} (Cb, Cr)")
+    lines.append(f"residual map: {e['differing'] * 100:.2f} % of the frame differs (luma > {r.luma_tol:g}, chroma > "
+                 f"{r.chroma_tol:g} beyond the half-pixel envelope); largest region "
+                 + (f"{e['region']}: {e['region_share'] * 100:.1f} % of the frame (<= {r.region_max * 100:g} %), "
+                    f"{e['hidden'] * 100:.1f} % of the content (<= {r.hidden_max * 100:g} %; above "
+                    f"{r.hidden_small * 100:g} % it must differ over >= {r.fill_min * 100:g} % of its box: "
+                    f"{e['fill'] * 100:.0f} %)" if e["region"] else "none")
+                 + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %); score {e['score']:.4f}")
     if e["accepted"]:
         how = {"near": "the same pixels over the whole frame", "crop": f"the same pixels, cropped {e['crop_per_side'] * 100:.1f} %",
                "overlay": f"the same pixels but inside {e['region']}"}

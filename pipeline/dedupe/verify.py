@@ -22,7 +22,7 @@ The signature (hashing.py, from the one decode, THUMB_BYTES per image): the luma
    pixel against the other image's half-pixel envelope (the lowest and highest value a sub-pixel
    shift can show there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay
    near 0, content that one image lacks does not. When both images are coloured, Cb and Cr are read
-   the same way (scaled by the same gain). A pixel differs beyond `luma_tol` / `chroma_tol`; a
+   the same way (each with its own non-decreasing curve, so a recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; a
    4x4-pixel cell differs when `cell_min` of its pixels do.
 3. **Decision** on the differing cells (grouped when at most one cell apart):
        identical  no cell differs                                   -> near (whole frame) or crop
@@ -33,9 +33,6 @@ The signature (hashing.py, from the one decode, THUMB_BYTES per image): the luma
        otherwise  refused: a look-alike differs in scattered places across its content (bars of
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
-
-Two clearly coloured images (mean chroma >= CHROMA_MIN) whose mean colours point more than
-MAX_HUE_ANGLE apart are refused first: an edit may brighten, grey out or re-encode, not recolour.
 
 The parameters (`Rule`) are chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py
 (families of look-alike figures and photos with edited copies) and reported on its held-back half,
@@ -73,8 +70,6 @@ MIN_CROP = 0.01  # an alignment that leaves out less than this is "near", not "c
 CLEAR_MATCH = 0.998  # a whole-frame match this good needs no other alignment
 REFINE_DIFF = 0.05  # the fine search is for pairs that differ in at most this share of the frame
 MIN_CORR = 0.5  # below this at every alignment a pair is judged at the whole frame only
-CHROMA_MIN = 6.0  # mean chroma (of 128) from which an image counts as clearly coloured
-MAX_HUE_ANGLE = 30.0  # degrees between the mean colours of two clearly coloured copies
 
 KINDS = ("exact", "near", "crop", "overlay")
 
@@ -598,7 +593,6 @@ class Identity:
     hidden: np.ndarray  # float32: share of the content inside that box
     fill: np.ndarray  # float32: share of what one image shows inside the region's tight box that differs
     stray: np.ndarray  # float32: differing pixels outside the region, share of the frame
-    matched: np.ndarray  # float32: share of the cells with content where no pixel differs
 
 
 def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
@@ -677,22 +671,8 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     covers = (hidden <= rule.hidden_small) | (fill >= rule.fill_min)
     overlay = any_cell & (box_share <= rule.region_max) & (hidden <= rule.hidden_max) & (stray <= rule.stray_max) & covers
     score = np.clip(1 - (diff & content).reshape(n, -1).sum(1) / content_px, 0, 1).astype(np.float32)
-    content_cells = _cells(content) > 0
-    matched = ((content_cells & (counts == 0)).reshape(n, -1).sum(1)
-               / np.maximum(content_cells.reshape(n, -1).sum(1), 1)).astype(np.float32)
     return Identity(~any_cell | overlay, overlay, score, (diff_px / float(side * side)).astype(np.float32),
-                    box, box_share, hidden, fill, stray, matched)
-
-
-def same_hue(chroma_a: np.ndarray, chroma_b: np.ndarray) -> np.ndarray:
-    """False where both images are clearly coloured and their mean colours point different ways
-    (an edit may brighten, grey out or re-encode, not recolour)."""
-    ca = np.asarray(chroma_a, np.float64).reshape(-1, 2)
-    cb = np.asarray(chroma_b, np.float64).reshape(-1, 2)
-    na, nb = np.hypot(ca[:, 0], ca[:, 1]), np.hypot(cb[:, 0], cb[:, 1])
-    coloured = (na >= CHROMA_MIN) & (nb >= CHROMA_MIN)
-    cos = (ca * cb).sum(axis=1) / np.maximum(na * nb, 1e-9)
-    return ~coloured | (cos >= np.cos(np.radians(MAX_HUE_ANGLE)))
+                    box, box_share, hidden, fill, stray)
 
 
 @dataclass(frozen=True)
@@ -744,8 +724,9 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
             rule: Rule = DEFAULT_RULE) -> Verdict:
     """Judge pairs of signatures: a and b are (B, THUMB_BYTES) uint8 (hashing.HashedImage.thumb),
     pair i is (a[i], b[i]). `aspect_a`/`aspect_b` (width / height of the original images) enable
-    the search for crops that are not central; `chroma_a`/`chroma_b` ((B, 2) mean Cb, Cr - 128)
-    refuse pairs of clearly different colour."""
+    the search for crops that are not central. `chroma_a`/`chroma_b` (mean Cb, Cr) are accepted
+    from the engine's callers but not read: the signature's chroma planes are compared pixel by
+    pixel instead."""
     a = np.asarray(a, np.uint8).reshape(-1, THUMB_BYTES)
     b = np.asarray(b, np.uint8).reshape(-1, THUMB_BYTES)
     n = a.shape[0]
@@ -761,7 +742,7 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     # else the best score (for review).
     rank = np.full(n, -1.0)
     align = np.tile(np.array(WHOLE, np.float32), (n, 1))
-    figures = _spread(None, np.zeros(0, np.int64), n)
+    figures = _empty(n)
     corr = np.full(n, np.nan, np.float32)
 
     def judge(idx: np.ndarray, aligns: np.ndarray) -> None:
@@ -850,18 +831,11 @@ def _reduce(detail: np.ndarray) -> np.ndarray:
     return detail.reshape(n, SIDE, f, SIDE, f).mean(axis=(2, 4), dtype=np.float32)
 
 
-def _spread(part: Identity | None, idx: np.ndarray, n: int) -> Identity:
-    """Figures of the pairs idx onto all n pairs (zeros for the rest)."""
-    shapes = {"box": (4,)}
-    out = {}
-    for f in Identity.__dataclass_fields__:
-        v = getattr(part, f) if part is not None else None
-        dtype = v.dtype if v is not None else (bool if f in ("accepted", "region") else np.int64 if f == "box" else np.float32)
-        full = np.zeros((n, *shapes.get(f, ())), dtype)
-        if v is not None:
-            full[idx] = v
-        out[f] = full
-    return Identity(**out)
+def _empty(n: int) -> Identity:
+    """Figures for n pairs not judged yet (zeros)."""
+    return Identity(**{f: np.zeros((n, 4), np.int64) if f == "box" else np.zeros(n, bool if f in ("accepted", "region")
+                                                                                  else np.float32)
+                       for f in Identity.__dataclass_fields__})
 
 
 def _nudge(al: tuple, ds: float, dx: float, dy: float) -> tuple:
@@ -895,19 +869,16 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "mean_grey": (round(float(la.mean()), 1), round(float(lb.mean()), 1)),
         "std_grey": (round(sa, 1), round(sb, 1)),
         "rule": rule,
-        "same_hue": bool(same_hue(np.array([chroma_a]), np.array([chroma_b]))[0]) if chromas[0] is not None else None,
         "mean_chroma": (tuple(round(float(x), 1) for x in chroma_a), tuple(round(float(x), 1) for x in chroma_b))
         if chromas[0] is not None else None,
-        "judged": bool(same_hue(np.array([chroma_a]), np.array([chroma_b]))[0]) if chromas[0] is not None else True,
     }
-    if out["judged"]:
-        y0, y1, x0, x1 = (int(x) * CELL_PX for x in f.box[0])
-        out.update({
-            "differing": round(float(f.differing[0]), 4),
-            "region": (f"rows {y0}-{y1}, columns {x0}-{x1} of {DETAIL_SIDE}" if f.box_share[0] > 0 else None),
-            "region_share": round(float(f.box_share[0]), 3),
-            "hidden": round(float(f.hidden[0]), 3),
-            "fill": round(float(f.fill[0]), 3),
-            "stray": round(float(f.stray[0]), 4),
-        })
+    y0, y1, x0, x1 = (int(x) * CELL_PX for x in f.box[0])
+    out.update({
+        "differing": round(float(f.differing[0]), 4),
+        "region": (f"rows {y0}-{y1}, columns {x0}-{x1} of {DETAIL_SIDE}" if f.box_share[0] > 0 else None),
+        "region_share": round(float(f.box_share[0]), 3),
+        "hidden": round(float(f.hidden[0]), 3),
+        "fill": round(float(f.fill[0]), 3),
+        "stray": round(float(f.stray[0]), 4),
+    })
     return out
