@@ -36,6 +36,14 @@ SHARED = _find_shared()
 TASKS = ("t2i", "edit", "interleaved", "reasoning")
 
 
+@pytest.fixture(autouse=True)
+def _own_data_root(tmp_path_factory, monkeypatch):
+    """Every test starts on an empty data root of its own, never the checkout's `data/` (which
+    `make run` fills): a test that needs another root sets REWARDHOUSE_HOME itself."""
+    if "REWARDHOUSE_HOME" not in os.environ:
+        monkeypatch.setenv("REWARDHOUSE_HOME", str(tmp_path_factory.mktemp("home")))
+
+
 def shared_mmrb2() -> Path:
     """The real annotation files (GitHub facebookresearch/MMRB2). A clone without them skips the
     tests that need them, with the reason; where they must be (REWARDHOUSE_REQUIRE_SHARED=1, set
