@@ -1,0 +1,745 @@
+"""Compiled loops (numba) of the verification: the residual map of a pair and what it says.
+
+verify.py holds the rule and its reasons (its module docstring); this module is the same
+arithmetic written as plain loops over one pair at a time, compiled once (cached beside the source)
+and released from the GIL, so that a batch of pairs is judged on every core by verify.py's threads
+without the temporaries a whole-batch numpy expression needs. Nothing here knows what a dataset is.
+
+Every function works on uint8 images of one side (the luma at 64 or 128 px, the chroma at 32 px)
+and on an alignment: the span of each image, per axis, that shows the same content, as fractions
+(a_x0, a_x1, a_y0, a_y1, b_x0, b_x1, b_y0, b_y1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+TONE_SIDE = 64  # the tone curve is fitted on this many pixels a side (every other at 128 px)
+TONE_BINS = 16  # steps of the tone curve (brightness, contrast, gamma, clipping)
+TONE_KEEP = 24.0  # grey levels from a bin's first mean that count towards its second
+TONE_MIN_COUNT = 4  # pixels a bin needs to be read (else it comes from its neighbours)
+BG_TOL = 10  # grey levels from the border's median that still count as background
+BG_MIN = 0.25  # an image whose background is less than this share of the frame is all content
+GREY_CHROMA = 4  # an image whose chroma never leaves 128 by more than this is grey
+CELLS = 16  # the differing area is read in CELLS x CELLS cells
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@njit(**_JIT)
+def reduce2(x):
+    """(s, s) uint8 -> (s/2, s/2) uint8: 2x2 means, rounded half to even as numpy's rint."""
+    h = x.shape[0] // 2
+    out = np.empty((h, h), np.uint8)
+    for i in range(h):
+        for j in range(h):
+            s = np.int32(x[2 * i, 2 * j]) + x[2 * i, 2 * j + 1] + x[2 * i + 1, 2 * j] + x[2 * i + 1, 2 * j + 1]
+            q, r = s // 4, s % 4
+            if r > 2 or (r == 2 and q % 2 == 1):
+                q += 1
+            out[i, j] = q
+    return out
+
+
+@njit(**_JIT)
+def _positions(lo, hi, side, i0, f):
+    """Where `side` evenly spaced samples of the span lo..hi fall: lower pixel and next one's weight."""
+    a, b = lo * side, hi * side
+    for i in range(side):
+        x = a + (i + 0.5) * (b - a) / side - 0.5
+        if x < 0.0:
+            x = 0.0
+        if x > side - 1:
+            x = side - 1.0
+        k = int(np.floor(x))
+        if k > side - 2:
+            k = side - 2
+        i0[i] = k
+        f[i] = np.float32(x - k)
+
+
+@njit(**_JIT)
+def warp(x, x0, x1, y0, y1):
+    """uint8 (s, s) resampled (bilinear, rows then columns) over the span x0..x1, y0..y1, rounded."""
+    side = x.shape[0]
+    if x0 == 0.0 and x1 == 1.0 and y0 == 0.0 and y1 == 1.0:
+        return x.copy()
+    r0 = np.empty(side, np.int64)
+    rf = np.empty(side, np.float32)
+    c0 = np.empty(side, np.int64)
+    cf = np.empty(side, np.float32)
+    _positions(y0, y1, side, r0, rf)
+    _positions(x0, x1, side, c0, cf)
+    rows = np.empty((side, side), np.float32)
+    for i in range(side):
+        k, w = r0[i], rf[i]
+        for j in range(side):
+            t = np.float32(x[k, j])
+            rows[i, j] = t + w * (np.float32(x[k + 1, j]) - t)
+    out = np.empty((side, side), np.uint8)
+    for i in range(side):
+        for j in range(side):
+            k, w = c0[j], cf[j]
+            left = rows[i, k]
+            v = np.rint(left + w * (rows[i, k + 1] - left))
+            out[i, j] = 0 if v < 0 else (255 if v > 255 else np.uint8(v))
+    return out
+
+
+@njit(**_JIT)
+def envelope(x, quarters):
+    """Per pixel, the lowest and highest value a shift of `quarters` / 4 of a pixel can show there:
+    x moved that share of the way towards the smallest / largest of x and its four neighbours,
+    rounded outwards (2: half a pixel, (x + neighbour) / 2)."""
+    s = x.shape[0]
+    lo = np.empty((s, s), np.uint8)
+    hi = np.empty((s, s), np.uint8)
+    for i in range(s):
+        row, up, down = x[i], x[max(i - 1, 0)], x[min(i + 1, s - 1)]  # a missing neighbour is the pixel itself
+        lr, hr = lo[i], hi[i]
+        for j in range(s):
+            v = row[j]
+            left, right = row[max(j - 1, 0)], row[min(j + 1, s - 1)]
+            a = min(min(v, up[j]), min(down[j], min(left, right)))
+            b = max(max(v, up[j]), max(down[j], max(left, right)))
+            vi = np.int32(v)
+            lr[j] = vi - ((vi - np.int32(a)) * quarters + 3) // 4
+            hr[j] = vi + ((np.int32(b) - vi) * quarters + 3) // 4
+    return lo, hi
+
+
+@njit(**_JIT)
+def _bin_sums(x, y, use, use_mask, lo, hi):
+    """Per bin of x (TONE_BINS bins of 16 levels), over a TONE_SIDE grid of the pixels whose y lies
+    in that bin's lo..hi (and that `use` keeps, when use_mask): count, sum of y, sum of x."""
+    s = x.shape[0]
+    step = max(1, s // TONE_SIDE)
+    cnt = np.zeros(TONE_BINS, np.int64)
+    sy = np.zeros(TONE_BINS, np.int64)
+    sx = np.zeros(TONE_BINS, np.int64)
+    for i in range(0, s, step):
+        xr, yr, ur = x[i], y[i], use[i]
+        for j in range(0, s, step):
+            if use_mask and not ur[j]:
+                continue
+            k = xr[j] >> 4
+            v = np.int64(yr[j])
+            if lo[k] <= v <= hi[k]:
+                cnt[k] += 1
+                sy[k] += v
+                sx[k] += xr[j]
+    return cnt, sy, sx
+
+
+@njit(**_JIT)
+def tone_table(x, y, use, use_mask):
+    """The tone curve from x's values to y's as a 256-entry int16 table:
+    TONE_BINS bins of x, the mean of y in each, again over the pixels within TONE_KEEP of it, made
+    non-decreasing, read between the bins' mean x; fitted on a TONE_SIDE grid of the pixels;
+    `use` (when use_mask) leaves pixels out. No bin read: the identity."""
+    lo = np.zeros(TONE_BINS, np.int64)
+    hi = np.full(TONE_BINS, 255, np.int64)
+    cnt, sy, _ = _bin_sums(x, y, use, use_mask, lo, hi)
+    for k in range(TONE_BINS):  # then the pixels within TONE_KEEP of a bin's first mean (whole levels)
+        m = sy[k] / max(cnt[k], 1)
+        lo[k] = int(np.ceil(m - TONE_KEEP))
+        hi[k] = int(np.floor(m + TONE_KEEP))
+    cnt2, sy2, sx2 = _bin_sums(x, y, use, use_mask, lo, hi)
+    kx = np.empty(TONE_BINS + 2, np.float64)
+    ky = np.empty(TONE_BINS + 2, np.float64)
+    n = 0
+    run = -np.inf
+    first = 0.0
+    for k in range(TONE_BINS):
+        if cnt2[k] >= TONE_MIN_COUNT:
+            c = sy2[k] / cnt2[k]
+            run = max(run, c)
+            if n == 0:
+                first = run
+                kx[0], ky[0] = -1.0, first
+                n = 1
+            kx[n], ky[n] = sx2[k] / cnt2[k], run
+            n += 1
+    table = np.empty(256, np.int16)
+    if n == 0:
+        for v in range(256):
+            table[v] = v
+        return table
+    kx[n], ky[n] = 256.0, run
+    n += 1
+    seg = 0
+    for v in range(256):
+        while seg < n - 2 and kx[seg + 1] <= v:
+            seg += 1
+        x0, x1 = kx[seg], kx[seg + 1]
+        t = ky[seg] if x1 <= x0 else ky[seg] + (ky[seg + 1] - ky[seg]) * (v - x0) / (x1 - x0)
+        t = np.rint(t)
+        table[v] = 0 if t < 0 else (255 if t > 255 else np.int16(t))
+    return table
+
+
+@njit(**_JIT)
+def _residual_map(x, xlo, xhi, y, ylo, yhi, table, tol, out):
+    """out[i, j]: y's pixel outside x's envelope mapped through `table` and x's mapped pixel outside
+    y's envelope, the smaller of the two, beyond tol. Returns how many pixels differ."""
+    s = x.shape[0]
+    t = int(np.floor(tol))  # residuals are whole levels: > tol is > floor(tol)
+    count = 0
+    for i in range(s):
+        xr, xl, xh, yr, yl, yh, o = x[i], xlo[i], xhi[i], y[i], ylo[i], yhi[i], out[i]
+        for j in range(s):
+            yi = np.int32(yr[j])
+            tx = np.int32(table[xr[j]])
+            r1 = max(yi - np.int32(table[xh[j]]), np.int32(table[xl[j]]) - yi)
+            r2 = max(tx - np.int32(yh[j]), np.int32(yl[j]) - tx)
+            d = min(r1, r2) > t
+            o[j] = d
+            count += np.int32(d)
+    return count
+
+
+@njit(**_JIT)
+def differs(x, xlo, xhi, y, ylo, yhi, tol):
+    """Pixels that differ beyond tol once the tone curve is applied (verify.py, `_differs`): fitted
+    on every pixel, then again on the pixels that matched, both ways; the reading with the fewest
+    differing pixels stands. Returns (map, count)."""
+    s = x.shape[0]
+    out = np.empty((s, s), np.bool_)
+    count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, out)
+    if count == 0:
+        return out, count
+    use = ~out
+    again = np.empty((s, s), np.bool_)
+    c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, again)
+    if c < count:
+        out, count = again, c
+    backward = np.empty((s, s), np.bool_)
+    c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, use, True), tol, backward)
+    if c < count:
+        out, count = backward, c
+    return out, count
+
+
+@njit(**_JIT)
+def background(x):
+    """Pixels of the frame's background: the border's median grey and locally flat; none when it
+    is under BG_MIN of the frame (a photo is all content)."""
+    s = x.shape[0]
+    ring = np.empty(4 * s - 4, np.int32)
+    k = 0
+    for j in range(s):
+        ring[k] = x[0, j]
+        ring[k + 1] = x[s - 1, j]
+        k += 2
+    for i in range(1, s - 1):
+        ring[k] = x[i, 0]
+        ring[k + 1] = x[i, s - 1]
+        k += 2
+    ring.sort()
+    m = ring.shape[0] // 2
+    bg = np.int32((ring[m - 1] + ring[m]) / 2.0)
+    lo, hi = envelope(x, 2)
+    out = np.empty((s, s), np.bool_)
+    n = 0
+    for i in range(s):
+        for j in range(s):
+            b = (abs(np.int32(x[i, j]) - bg) <= BG_TOL) & (np.int32(hi[i, j]) - np.int32(lo[i, j]) <= BG_TOL)
+            out[i, j] = b
+            n += b
+    if n < BG_MIN * s * s:
+        out[:, :] = False
+    return out
+
+
+@njit(**_JIT)
+def _coloured(cb, cr):
+    mb, mr = 0, 0
+    for i in range(cb.shape[0]):
+        for j in range(cb.shape[1]):
+            mb = max(mb, abs(np.int32(cb[i, j]) - 128))
+            mr = max(mr, abs(np.int32(cr[i, j]) - 128))
+    return mb > GREY_CHROMA, mr > GREY_CHROMA
+
+
+@njit(**_JIT)
+def _largest_group(cells):
+    """The largest group of cells (8-connected after joining cells one empty cell apart), as a mask."""
+    c = cells.shape[0]
+    grown = np.zeros((c, c), np.bool_)
+    for i in range(c):
+        for j in range(c):
+            if cells[i, j]:
+                for di in range(-1, 2):
+                    for dj in range(-1, 2):
+                        p, q = i + di, j + dj
+                        if 0 <= p < c and 0 <= q < c:
+                            grown[p, q] = True
+    label = np.zeros((c, c), np.int32)
+    stack = np.empty(c * c, np.int64)
+    best, best_n, nl = 0, -1, 0
+    for i in range(c):
+        for j in range(c):
+            if not grown[i, j] or label[i, j]:
+                continue
+            nl += 1
+            label[i, j] = nl
+            top, size = 0, 0
+            stack[0] = i * c + j
+            top = 1
+            while top:
+                top -= 1
+                p, q = stack[top] // c, stack[top] % c
+                size += cells[p, q]
+                for di in range(-1, 2):
+                    for dj in range(-1, 2):
+                        u, v = p + di, q + dj
+                        if 0 <= u < c and 0 <= v < c and grown[u, v] and label[u, v] == 0:
+                            label[u, v] = nl
+                            stack[top] = u * c + v
+                            top += 1
+            if size > best_n:
+                best, best_n = nl, size
+    out = np.zeros((c, c), np.bool_)
+    for i in range(c):
+        for j in range(c):
+            out[i, j] = cells[i, j] and label[i, j] == best
+    return out
+
+
+@njit(**_JIT)
+def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
+               stray_max, hidden_small, fill_min, quarters, res_f, res_box):
+    """One pair's residual map and what it says (verify.py, `identity`). la, lb: 128 px luma;
+    cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
+    score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
+    if side != la.shape[0]:
+        la, lb = reduce2(la), reduce2(lb)
+    xa = warp(la, al[0], al[1], al[2], al[3])
+    xb = warp(lb, al[4], al[5], al[6], al[7])
+    alo, ahi = envelope(xa, quarters)
+    blo, bhi = envelope(xb, quarters)
+    diff, _ = differs(xa, alo, ahi, xb, blo, bhi, luma_tol)
+    ba, ca = _coloured(cba, cra)
+    bb, cb = _coloured(cbb, crb)
+    if (ba and bb) or (ca and cb):
+        cs = cba.shape[0]
+        up = side // cs
+        for pa, pb in ((cba, cbb), (cra, crb)):
+            ya = warp(pa, al[0], al[1], al[2], al[3])
+            yb = warp(pb, al[4], al[5], al[6], al[7])
+            yalo, yahi = envelope(ya, quarters)
+            yblo, ybhi = envelope(yb, quarters)
+            cd, n = differs(ya, yalo, yahi, yb, yblo, ybhi, chroma_tol)
+            if n:
+                for i in range(side):
+                    for j in range(side):
+                        if cd[i // up, j // up]:
+                            diff[i, j] = True
+    bga, bgb = background(xa), background(xb)
+    cpx = side // CELLS
+    cell_min = max(1, -(-cell_min_64 * cpx * cpx // 64))
+    counts = np.zeros((CELLS, CELLS), np.int32)
+    nbg_a = np.zeros((CELLS, CELLS), np.int32)
+    nbg_b = np.zeros((CELLS, CELLS), np.int32)
+    content_px, same_px, diff_px = 0, 0, 0
+    for i in range(side):
+        ci = i // cpx
+        for cj in range(CELLS):
+            c, na, nb, cp, sp = 0, 0, 0, 0, 0
+            for j in range(cj * cpx, cj * cpx + cpx):
+                d, ga, gb = diff[i, j], bga[i, j], bgb[i, j]
+                c += np.int32(d)
+                na += np.int32(not ga)
+                nb += np.int32(not gb)
+                con = not (ga and gb)
+                cp += np.int32(con)
+                sp += np.int32(con and not d)
+            counts[ci, cj] += c
+            nbg_a[ci, cj] += na
+            nbg_b[ci, cj] += nb
+            diff_px += c
+            content_px += cp
+            same_px += sp
+    cells = counts >= cell_min
+    any_cell = cells.any()
+    res_box[:] = 0
+    box_share = hidden = fill = stray = 0.0
+    if any_cell:
+        main = _largest_group(cells)
+        y0, y1, x0, x1 = CELLS, 0, CELLS, 0
+        for i in range(CELLS):
+            for j in range(CELLS):
+                if main[i, j]:
+                    y0, y1, x0, x1 = min(y0, i), max(y1, i + 1), min(x0, j), max(x1, j + 1)
+        res_box[0], res_box[1], res_box[2], res_box[3] = y0, y1, x0, x1
+        box_share = (y1 - y0) * (x1 - x0) / (CELLS * CELLS)
+        ina, inb, outside = 0, 0, 0
+        for i in range(CELLS):
+            for j in range(CELLS):
+                inside = y0 <= i < y1 and x0 <= j < x1
+                if inside:
+                    ina += nbg_a[i, j]
+                    inb += nbg_b[i, j]
+                elif cells[i, j]:
+                    outside += counts[i, j]
+        hidden = min(ina / max(nbg_a.sum(), 1), inb / max(nbg_b.sum(), 1))
+        stray = outside / (side * side)
+        # the region's tight pixel box: differing pixels inside its cells
+        ty0, ty1, tx0, tx1 = side, 0, side, 0
+        for i in range(y0 * cpx, y1 * cpx):
+            for j in range(x0 * cpx, x1 * cpx):
+                if diff[i, j]:
+                    ty0, ty1, tx0, tx1 = min(ty0, i), max(ty1, i + 1), min(tx0, j), max(tx1, j + 1)
+        sa = da = sb = db = 0
+        for i in range(ty0, ty1):
+            for j in range(tx0, tx1):
+                if not bga[i, j]:
+                    sa += 1
+                    da += diff[i, j]
+                if not bgb[i, j]:
+                    sb += 1
+                    db += diff[i, j]
+        fill = max(da / max(sa, 1), db / max(sb, 1))
+    covers = hidden <= hidden_small or fill >= fill_min
+    overlay = any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
+    res_f[0] = (not any_cell) or overlay
+    res_f[1] = overlay
+    res_f[2] = min(1.0, max(0.0, 1.0 - (content_px - same_px) / max(content_px, 1)))
+    res_f[3] = diff_px / (side * side)
+    res_f[4], res_f[5], res_f[6], res_f[7] = box_share, hidden, fill, stray
+
+
+@njit(**_JIT)
+def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
+    """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
+    (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift)
+    with shift in pixels (quarters of one)."""
+    quarters = max(1, int(round(params[8] * 4)))
+    for k in range(la.shape[0]):
+        judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
+                   int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, res_f[k], res_box[k])
+
+
+# ---- alignment: where does b's frame lie in a's? ------------------------------------------------
+
+ALIGN_MAX_CROP = 0.15  # an alignment that leaves out more than this of a side of either image is given up
+HUBER = 8.0  # grey levels: residuals beyond this weigh less (an overlay does not pull the fit)
+
+
+@njit(**_JIT)
+def _smooth_half(x):
+    """(s, s) -> (s/2, s/2) float32: 2x2 means after a [1, 2, 1] / 4 blur along both axes."""
+    s = x.shape[0]
+    t = np.empty((s, s), np.float32)
+    for i in range(s):
+        up, down = max(i - 1, 0), min(i + 1, s - 1)
+        for j in range(s):
+            t[i, j] = 0.25 * x[up, j] + 0.5 * x[i, j] + 0.25 * x[down, j]
+    u = np.empty((s, s), np.float32)
+    for i in range(s):
+        for j in range(s):
+            u[i, j] = 0.25 * t[i, max(j - 1, 0)] + 0.5 * t[i, j] + 0.25 * t[i, min(j + 1, s - 1)]
+    h = s // 2
+    out = np.empty((h, h), np.float32)
+    for i in range(h):
+        for j in range(h):
+            out[i, j] = 0.25 * (u[2 * i, 2 * j] + u[2 * i, 2 * j + 1] + u[2 * i + 1, 2 * j] + u[2 * i + 1, 2 * j + 1])
+    return out
+
+
+@njit(**_JIT)
+def _gradients(x):
+    s = x.shape[0]
+    gx = np.empty((s, s), np.float32)
+    gy = np.empty((s, s), np.float32)
+    for i in range(s):
+        for j in range(s):
+            gx[i, j] = 0.5 * (x[i, min(j + 1, s - 1)] - x[i, max(j - 1, 0)])
+            gy[i, j] = 0.5 * (x[min(i + 1, s - 1), j] - x[max(i - 1, 0), j])
+    return gx, gy
+
+
+@njit(**_JIT)
+def _solve(h, r):
+    """h x = r for a small symmetric positive system (Gaussian elimination with pivoting)."""
+    n = r.shape[0]
+    m = h.copy()
+    v = r.copy()
+    for c in range(n):
+        p = c
+        for k in range(c + 1, n):
+            if abs(m[k, c]) > abs(m[p, c]):
+                p = k
+        if abs(m[p, c]) < 1e-12:
+            return np.zeros(n), False
+        if p != c:
+            for k in range(n):
+                m[c, k], m[p, k] = m[p, k], m[c, k]
+            v[c], v[p] = v[p], v[c]
+        for k in range(c + 1, n):
+            f = m[k, c] / m[c, c]
+            for q in range(c, n):
+                m[k, q] -= f * m[c, q]
+            v[k] -= f * v[c]
+    x = np.zeros(n)
+    for c in range(n - 1, -1, -1):
+        t = v[c]
+        for q in range(c + 1, n):
+            t -= m[c, q] * x[q]
+        x[c] = t / m[c, c]
+    return x, True
+
+
+@njit(**_JIT)
+def _step(h, r, p, geo):
+    """One Gauss-Newton step: h (upper triangle filled) made symmetric with a little damping
+    (Levenberg), solved for r, added to p. Returns (held, the largest move of p's first `geo`
+    entries); it does not hold when the system is singular, the gain (p[geo]) falls to about 0 or
+    the spans move more than twice ALIGN_MAX_CROP from the whole axis."""
+    m = r.shape[0]
+    for k in range(m):
+        h[k, k] = h[k, k] * (1.0 + 1e-3) + 1e-9
+        for q in range(k):
+            h[k, q] = h[q, k]
+    d, ok = _solve(h, r)
+    if not ok:
+        return False, 0.0
+    moved = 0.0
+    for k in range(m):
+        p[k] += d[k]
+        if k < geo:
+            moved = max(moved, abs(d[k]))
+    for k in range(0, geo, 2):
+        if abs(p[k]) > 2 * ALIGN_MAX_CROP or abs(1 - p[k + 1]) > 2 * ALIGN_MAX_CROP:
+            return False, moved
+    return p[geo] > 0.05, moved
+
+
+@njit(**_JIT)
+def _fit(a, b, p, iterations):
+    """Gauss-Newton on one level: p = (x0, x1, y0, y1, gain, offset) such that b's pixel at (u, v)
+    (fractions) shows a's at (x0 + u (x1 - x0), y0 + v (y1 - y0)) times gain plus offset;
+    residuals beyond HUBER weigh less. Returns whether the fit held."""
+    n = a.shape[0]
+    gx, gy = _gradients(a)
+    h = np.empty((6, 6))
+    r = np.empty(6)
+    si_ = np.empty(n, np.int64)
+    fs_ = np.empty(n)
+    us = np.empty(n)
+    for j in range(n):
+        us[j] = (j + 0.5) / n
+    for _ in range(iterations):
+        x0, x1, y0, y1, g, o = p[0], p[1], p[2], p[3], p[4], p[5]
+        # where each column of b falls in a (the same for every row)
+        j0, j1 = n, 0
+        for j in range(n):
+            t = (x0 + us[j] * (x1 - x0)) * n - 0.5
+            if 0.0 <= t <= n - 1.0:
+                k = min(int(t), n - 2)
+                si_[j], fs_[j] = k, t - k
+                j0, j1 = min(j0, j), max(j1, j + 1)
+        h00 = h01 = h02 = h03 = h04 = h05 = h11 = h12 = h13 = h14 = h15 = 0.0
+        h22 = h23 = h24 = h25 = h33 = h34 = h35 = h44 = h45 = h55 = 0.0
+        r0 = r1 = r2 = r3 = r4 = r5 = 0.0
+        used = 0
+        for i in range(n):
+            v = us[i]
+            q = (y0 + v * (y1 - y0)) * n - 0.5
+            if q < 0.0 or q > n - 1.0:
+                continue
+            qi = min(int(q), n - 2)
+            fq = q - qi
+            ar0, ar1, xr0, xr1, yr0, yr1, br = a[qi], a[qi + 1], gx[qi], gx[qi + 1], gy[qi], gy[qi + 1], b[i]
+            cy0 = g * n * (1 - v)
+            cy1 = g * n * v
+            for j in range(j0, j1):
+                k, fs = si_[j], fs_[j]
+                u = us[j]
+                c0 = (1 - fq) * (1 - fs)
+                c1 = (1 - fq) * fs
+                c2 = fq * (1 - fs)
+                c3 = fq * fs
+                av = c0 * ar0[k] + c1 * ar0[k + 1] + c2 * ar1[k] + c3 * ar1[k + 1]
+                ax = c0 * xr0[k] + c1 * xr0[k + 1] + c2 * xr1[k] + c3 * xr1[k + 1]
+                ay = c0 * yr0[k] + c1 * yr0[k + 1] + c2 * yr1[k] + c3 * yr1[k + 1]
+                res = g * av + o - br[j]
+                ares = abs(res)
+                wt = 1.0 if ares <= HUBER else HUBER / ares
+                e0 = g * ax * n * (1 - u)
+                e1 = g * ax * n * u
+                e2 = ay * cy0
+                e3 = ay * cy1
+                e4 = av
+                w0, w1, w2, w3, w4 = wt * e0, wt * e1, wt * e2, wt * e3, wt * e4
+                h00 += w0 * e0
+                h01 += w0 * e1
+                h02 += w0 * e2
+                h03 += w0 * e3
+                h04 += w0 * e4
+                h05 += w0
+                h11 += w1 * e1
+                h12 += w1 * e2
+                h13 += w1 * e3
+                h14 += w1 * e4
+                h15 += w1
+                h22 += w2 * e2
+                h23 += w2 * e3
+                h24 += w2 * e4
+                h25 += w2
+                h33 += w3 * e3
+                h34 += w3 * e4
+                h35 += w3
+                h44 += w4 * e4
+                h45 += w4
+                h55 += wt
+                r0 -= w0 * res
+                r1 -= w1 * res
+                r2 -= w2 * res
+                r3 -= w3 * res
+                r4 -= w4 * res
+                r5 -= wt * res
+                used += 1
+        if used < n * n // 2:
+            return False
+        h[0, 0], h[0, 1], h[0, 2], h[0, 3], h[0, 4], h[0, 5] = h00, h01, h02, h03, h04, h05
+        h[1, 1], h[1, 2], h[1, 3], h[1, 4], h[1, 5] = h11, h12, h13, h14, h15
+        h[2, 2], h[2, 3], h[2, 4], h[2, 5] = h22, h23, h24, h25
+        h[3, 3], h[3, 4], h[3, 5] = h33, h34, h35
+        h[4, 4], h[4, 5], h[5, 5] = h44, h45, h55
+        r[0], r[1], r[2], r[3], r[4], r[5] = r0, r1, r2, r3, r4, r5
+        ok, moved = _step(h, r, p, 4)
+        if not ok:
+            return False
+        if moved * n < 0.02:
+            break
+    return True
+
+
+@njit(**_JIT)
+def _span(lo, hi, out, k):
+    """b's axis [0, 1] shows a's lo..hi: the overlap as (a's span, b's span) into out[k], out[k + 4]."""
+    s = hi - lo
+    b0 = max(0.0, -lo / s)
+    b1 = min(1.0, (1.0 - lo) / s)
+    out[k], out[k + 1] = lo + s * b0, lo + s * b1
+    out[k + 4], out[k + 5] = b0, b1
+
+
+@njit(**_JIT)
+def _blur1d(x, passes):
+    """A 1-D signal after `passes` [1, 2, 1] / 4 blurs (the ends repeat)."""
+    n = x.shape[0]
+    y = x.copy()
+    t = np.empty(n)
+    for _ in range(passes):
+        for i in range(n):
+            t[i] = 0.25 * y[max(i - 1, 0)] + 0.5 * y[i] + 0.25 * y[min(i + 1, n - 1)]
+        y[:] = t
+    return y
+
+
+@njit(**_JIT)
+def _fit1d(a, b, p, iterations):
+    """Gauss-Newton on profiles: p = (lo, hi, gain, offset) such that b's sample at u shows a's at
+    lo + u (hi - lo) times gain plus offset; residuals beyond HUBER weigh less."""
+    n = a.shape[0]
+    h = np.empty((4, 4))
+    r = np.empty(4)
+    jac = np.empty(4)
+    for _ in range(iterations):
+        h[:, :] = 0.0
+        r[:] = 0.0
+        lo, hi, g, o = p[0], p[1], p[2], p[3]
+        used = 0
+        for j in range(n):
+            u = (j + 0.5) / n
+            s = (lo + u * (hi - lo)) * n - 0.5
+            if s < 0.0 or s > n - 1.0:
+                continue
+            si = min(int(s), n - 2)
+            f = s - si
+            av = a[si] + f * (a[si + 1] - a[si])
+            k0, k1 = max(si - 1, 0), min(si + 2, n - 1)
+            grad = 0.5 * ((1 - f) * (a[si + 1] - a[k0]) + f * (a[k1] - a[si]))
+            res = g * av + o - b[j]
+            wt = 1.0 if abs(res) <= HUBER else HUBER / abs(res)
+            jac[0] = g * grad * n * (1 - u)
+            jac[1] = g * grad * n * u
+            jac[2] = av
+            jac[3] = 1.0
+            for k in range(4):
+                wk = wt * jac[k]
+                r[k] -= wk * res
+                for m in range(k, 4):
+                    h[k, m] += wk * jac[m]
+            used += 1
+        if used < n // 2:
+            return False
+        ok, moved = _step(h, r, p, 2)
+        if not ok:
+            return False
+        if moved * n < 0.01:
+            break
+    return True
+
+
+@njit(**_JIT)
+def _profile_fit(a, b, axis, p):
+    """The span of one axis from the images' mean profiles along it, coarse (blurred) to fine."""
+    n = a.shape[0]
+    pa = np.zeros(n)
+    pb = np.zeros(n)
+    for i in range(n):
+        for j in range(n):
+            if axis == 0:  # along x: column means
+                pa[j] += a[i, j]
+                pb[j] += b[i, j]
+            else:
+                pa[i] += a[i, j]
+                pb[i] += b[i, j]
+    pa /= n
+    pb /= n
+    q = np.array([0.0, 1.0, 1.0, 0.0])
+    for passes in (8, 2, 0):
+        if not _fit1d(_blur1d(pa, passes), _blur1d(pb, passes), q, 10):
+            return False
+    p[0], p[1], p[4], p[5] = q[0], q[1], q[2], q[3]
+    return True
+
+
+@njit(**_JIT)
+def align_pair(la, lb, out):
+    """Where b's frame lies in a's (luma, 128 px): the span of each axis from the mean profiles
+    (Gauss-Newton, coarse to fine, with a gain and offset for a grey or brightened copy and
+    residuals beyond HUBER weighed down for an overlay); when that is not the whole frame, refined
+    on the 64 px images. out: the alignment (8) as spans of the overlap. Returns False (out
+    untouched) when the fit fails, finds the whole frame, or leaves out more than ALIGN_MAX_CROP."""
+    a64, b64 = _smooth_half(la.astype(np.float32)), _smooth_half(lb.astype(np.float32))
+    n = a64.shape[0]
+    px = np.zeros(6)
+    py = np.zeros(6)
+    if not _profile_fit(a64, b64, 0, px) or not _profile_fit(a64, b64, 1, py):
+        return False
+    quarter = 0.25 / n
+    if max(abs(px[0]), abs(1 - px[1]), abs(py[0]), abs(1 - py[1])) < quarter:
+        return False  # the profiles say: the whole frame, where the pair was judged already
+    p = np.array([px[0], px[1], py[0], py[1], 0.5 * (px[4] + py[4]), 0.5 * (px[5] + py[5])])
+    if not _fit(_smooth_half(a64), _smooth_half(b64), p, 3) or not _fit(a64, b64, p, 1):
+        return False
+    if p[1] - p[0] < 0.5 or p[3] - p[2] < 0.5 or p[1] - p[0] > 2.0 or p[3] - p[2] > 2.0:
+        return False
+    al = out.copy()
+    _span(p[0], p[1], al, 0)
+    _span(p[2], p[3], al, 2)
+    if max(al[0], 1 - al[1], al[2], 1 - al[3], al[4], 1 - al[5], al[6], 1 - al[7]) > ALIGN_MAX_CROP:
+        return False  # more of a frame left out than a copy's crop
+    out[:] = al
+    return True
+
+
+@njit(**_JIT)
+def align_pairs(la, lb, out, ok):
+    for k in range(la.shape[0]):
+        ok[k] = align_pair(la[k], lb[k], out[k])
