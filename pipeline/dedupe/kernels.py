@@ -201,7 +201,7 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, table, tol, out):
 
 @njit(**_JIT)
 def differs(x, xlo, xhi, y, ylo, yhi, tol):
-    """Pixels that differ beyond tol once the tone curve is applied (verify.py, `_differs`): fitted
+    """Pixels that differ beyond tol once the tone curve is applied : fitted
     on every pixel, then again on the pixels that matched, both ways; the reading with the fewest
     differing pixels stands. Returns (map, count)."""
     s = x.shape[0]
@@ -310,13 +310,16 @@ def _largest_group(cells):
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
                stray_max, hidden_small, fill_min, quarters, res_f, res_box):
-    """One pair's residual map and what it says (verify.py, `identity`). la, lb: 128 px luma;
+    """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
     if side != la.shape[0]:
         la, lb = reduce2(la), reduce2(lb)
     xa = warp(la, al[0], al[1], al[2], al[3])
     xb = warp(lb, al[4], al[5], al[6], al[7])
+    if not (al[0] == 0.0 and al[1] == 1.0 and al[2] == 0.0 and al[3] == 1.0 and al[4] == 0.0 and al[5] == 1.0
+            and al[6] == 0.0 and al[7] == 1.0):
+        quarters = max(quarters, 2)  # a resampled thumbnail is smoother than one made at its size: half a pixel
     alo, ahi = envelope(xa, quarters)
     blo, bhi = envelope(xb, quarters)
     diff, _ = differs(xa, alo, ahi, xb, blo, bhi, luma_tol)

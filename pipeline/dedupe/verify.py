@@ -1,4 +1,4 @@
-"""Verification of candidate pairs: is B a copy of A, apart from one edited region? Plain numpy.
+"""Verification of candidate pairs: is B a copy of A, apart from one edited region?
 
 The candidate search (search.py) is exact, but a 64-bit pHash cannot tell two charts of one
 template apart (they sit a few bits apart), and a global similarity cannot either: a grey
@@ -7,29 +7,34 @@ palette measures the layout, not whether the pixels are the same. So verificatio
 question a copy answers: after aligning the pair, are the pixels the same everywhere, or
 everywhere but inside one compact region (a caption, a watermark, a banner, a logo)?
 
-The signature (hashing.py, from the one decode, THUMB_BYTES per image): the luma at 64x64
-(LANCZOS) and Cb, Cr at 32x32 (box average).
+The signature (hashing.py, from the one decode, THUMB_BYTES per image): the luma at 128x128 and
+Cb, Cr at 32x32. The per-pixel loops are compiled (kernels.py); this module holds the rule and
+batches the pairs over the cores.
 
-1. **Alignment** (on the luma, smoothed and sampled at 32x32, by Pearson correlation): the whole
-   frame; one image's central region (2/4/6/8 % off each side) resampled onto the other, both
-   ways; any crop, from the 1-D row/column profiles (up to 10 % off either end, the other axis's
-   span from the images' aspect ratios: a crop never stretches); then a quarter-pixel shift and
-   half a percent more or less around the best. The correlation only finds the alignment; it
-   decides nothing. The whole frame, the best alignment and the best one with a corner block left
-   out (an overlay pulls the correlation) are each judged by step 2.
-2. **Identity** (`identity`): at the alignment, the luma of B against the best brightness/contrast
-   line of A's (least squares refitted on the 75 % of pixels it fits best, clipped to 0..255), each
-   pixel against the other image's half-pixel envelope (the lowest and highest value a sub-pixel
-   shift can show there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay
-   near 0, content that one image lacks does not. When both images are coloured, Cb and Cr are read
-   the same way (each with its own non-decreasing curve, so a recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; a
-   4x4-pixel cell differs when `cell_min` of its pixels do.
+1. **Alignment.** Every pair is judged at the whole frame first. A pair refused there is aligned
+   (`kernels.align_pair`): where b's frame lies in a's, as a span per axis plus a gain and an
+   offset (a grey or brightened copy), fitted by Gauss-Newton with residuals beyond a few grey
+   levels weighed down (an overlay does not pull it): first on the mean row and column profiles,
+   coarse to fine, then, when the profiles show a crop, on the 32 and 64 px images. A fit that
+   leaves out more than 15 % of a side of either image, or fails, is given up. The pair is judged
+   again at the alignment found (step 2) and keeps the better verdict.
+2. **Identity** (`identity`): at the alignment, each pixel of B against the tone curve of A's (a
+   non-decreasing table fitted per pair: brightness, contrast, gamma, clipping) and against the
+   other image's envelope (the lowest and highest value a shift of `shift` of a pixel can show
+   there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay near 0,
+   content that one image lacks does not. The curve is fitted again on the pixels that matched,
+   both ways, and the reading with the fewest differing pixels stands. When both images are
+   coloured, Cb and Cr are read the same way (each with its own non-decreasing curve, so a
+   recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; a cell (1/16 of
+   the side) differs when `cell_min` of its pixels (per 8x8) do. At 64 px first; what that
+   accepts is judged again at 128 px.
 3. **Decision** on the differing cells (grouped when at most one cell apart):
        identical  no cell differs                                   -> near (whole frame) or crop
        overlay    the largest group's bounding box is at most `region_max` of the frame, covers
                   at most `hidden_max` of the *content* (pixels that are not the plain background
-                  the border shows; all of a photo), and outside it at most `stray_max` of the
-                  frame differs                                     -> overlay
+                  the border shows; all of a photo), outside it at most `stray_max` of the frame
+                  differs, and a group hiding more than `hidden_small` of the content differs
+                  over at least `fill_min` of what it covers            -> overlay
        otherwise  refused: a look-alike differs in scattered places across its content (bars of
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
@@ -52,7 +57,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pipeline.dedupe import kernels
 from pipeline.dedupe.hashing import CHROMA_SIDE, DETAIL_SIDE, FLAT_STD, THUMB_BYTES, THUMB_SIDE as SIDE
 
 MIN_OVERLAY = 0.005  # an accepted region where less than this share of the frame differs is not called an overlay
@@ -97,19 +101,19 @@ def tuning_grid() -> list[Rule]:
     """The rules the benchmark chooses from (the default among them)."""
     base = DEFAULT_RULE
     out = []
-    for luma_tol in (6.0, 8.0, 12.0):
-        for hidden_max in (0.4, 0.5):
-            for fill_min in (0.5, 0.65, 0.8):
-                for stray_max in (0.004, 0.01):
-                    out.append(replace(base, luma_tol=luma_tol, hidden_max=hidden_max, fill_min=fill_min,
-                                       stray_max=stray_max))
+    for shift in (0.25, 0.5):
+        for luma_tol in (6.0, 8.0, 12.0):
+            for hidden_max in (0.4, 0.5):
+                for fill_min in (0.5, 0.65, 0.8):
+                    for stray_max in (0.004, 0.01):
+                        out.append(replace(base, shift=shift, luma_tol=luma_tol, hidden_max=hidden_max,
+                                           fill_min=fill_min, stray_max=stray_max))
     return out
 
 
 CHUNK = 64  # pairs judged at once by one thread
 CELL_PX = 8  # the differing area is read in cells of CELL_PX x CELL_PX detail pixels
-CELLS = DETAIL_SIDE // CELL_PX
-assert CELLS == kernels.CELLS
+CELLS = DETAIL_SIDE // CELL_PX  # kernels.CELLS
 
 
 def split_signature(sig: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -144,6 +148,8 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     it covers (module docstring, steps 2 and 3; the loops are kernels.judge_pair). `side` 64 reads
     the luma at half resolution (2x2 means): a quick first look that refuses what differs already
     there."""
+    from pipeline.dedupe import kernels  # numba: imported when a pair is first judged
+
     n = len(a)
     al = np.ascontiguousarray(np.asarray(aligns, np.float32).reshape(n, 8))
     la, cba, cra = split_signature(a)
@@ -189,7 +195,12 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     todo = np.flatnonzero(~figures.accepted)
     if todo.size:
         found, ok = _aligned(a[todo], b[todo])
-        sel = ok & (np.abs(found - align[todo]).max(axis=1) > MOVED)
+        # An alignment is judged with at least the half-pixel envelope (a resampled thumbnail is
+        # smoother than one made at its size): under a stricter rule, only a crop of MIN_CROP or more
+        # is judged, so that a sub-pixel move cannot loosen the whole frame's verdict.
+        moved = np.abs(found - align[todo]).max(axis=1) > MOVED
+        cropped = np.array([_crop_of(al) for al in found]) >= MIN_CROP
+        sel = ok & moved & (cropped | (rule.shift >= 0.5))
         aligned[todo[ok]] = True
         if sel.any():
             idx = todo[sel]
@@ -212,6 +223,7 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
 
 def _aligned(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The fitted alignment of each pair (kernels.align_pair), and whether the fit held."""
+    from pipeline.dedupe import kernels
     la, lb = split_signature(a)[0], split_signature(b)[0]
     out = np.tile(np.array(WHOLE, np.float64), (len(a), 1))
     ok = np.zeros(len(a), bool)

@@ -1,0 +1,82 @@
+"""The compiled loops of the verification (pipeline/dedupe/kernels.py) on their own: the envelope
+a shift can show, the tone curve, the alignment fit recovering known crops, and a batch judged on
+several threads giving the same figures as one pair at a time."""
+
+import numpy as np
+import pytest
+
+from pipeline.dedupe import kernels
+from pipeline.dedupe.hashing import hash_bytes
+from pipeline.dedupe.verify import DEFAULT_RULE, WHOLE, _in_chunks, identity, split_signature
+
+from tests.dedupe_images import bar_chart, crop, encode, photo
+
+pytestmark = pytest.mark.fast
+
+
+def luma(im) -> np.ndarray:
+    return split_signature(np.frombuffer(hash_bytes("x", encode(im)).thumb, np.uint8))[0][0]
+
+
+def test_the_envelope_is_what_a_shift_of_that_much_of_a_pixel_can_show():
+    x = np.full((8, 8), 200, np.uint8)
+    x[4, 4] = 100  # one dark pixel: a shift moves its value towards 200, its neighbours' towards 100
+    for quarters, reach in ((1, 25), (2, 50), (4, 100)):
+        lo, hi = kernels.envelope(x, quarters)
+        assert (lo[4, 4], hi[4, 4]) == (100, 100 + reach)
+        assert (lo[3, 4], hi[3, 4]) == (200 - reach, 200)
+        assert (lo[0, 0], hi[0, 0]) == (200, 200)  # nothing near it moves
+        assert lo[3, 3] == 200  # a diagonal neighbour is not within the shift
+
+
+def test_the_tone_curve_maps_a_brightness_edit_and_ignores_an_overlay():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 200, (64, 64)).astype(np.uint8)
+    y = np.clip(x.astype(np.int32) * 1.2 + 10, 0, 255).astype(np.uint8)
+    y[:8, :8] = 255  # an overlay in a corner
+    table = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
+    for v in (20, 80, 150):
+        assert abs(int(table[v]) - (v * 1.2 + 10)) <= 2
+    assert all(np.diff(table.astype(np.int32)) >= 0)  # non-decreasing
+    same = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
+    # the identity between the lowest and highest bins' means (beyond them the curve is flat: clipping)
+    assert all(abs(int(same[v]) - v) <= 1 for v in range(16, 190, 8))
+
+
+@pytest.mark.parametrize("box", [(0.04, 0.96, 0.04, 0.96), (0.0, 0.94, 0.0, 1.0), (0.03, 1.0, 0.0, 0.95),
+                                 (0.1, 1.0, 0.02, 0.98)])
+@pytest.mark.parametrize("make", [lambda: photo(21), lambda: bar_chart([0.3, 0.7, 0.5, 0.9, 0.2])])
+def test_the_fit_finds_a_crop_both_ways_within_a_quarter_pixel(box, make):
+    im = make()
+    w, h = im.size
+    x0, x1, y0, y1 = box
+    cut = im.crop((round(x0 * w), round(y0 * h), round(x1 * w), round(y1 * h)))
+    a, b = luma(im), luma(cut)
+    out = np.array(WHOLE, np.float64)
+    assert kernels.align_pair(a, b, out)
+    tol = 0.25 / 128 + 1 / min(w, h)  # a quarter of a thumbnail pixel, and the crop's rounding to pixels
+    assert np.allclose(out[:4], box, atol=tol) and np.allclose(out[4:], (0, 1, 0, 1), atol=tol), out
+    back = np.array(WHOLE, np.float64)  # the other way round: a's frame in b's
+    assert kernels.align_pair(b, a, back)
+    assert np.allclose(back[4:], box, atol=tol) and np.allclose(back[:4], (0, 1, 0, 1), atol=tol), back
+
+
+def test_two_different_photos_are_not_aligned_into_a_crop():
+    out = np.array(WHOLE, np.float64)
+    ok = kernels.align_pair(luma(photo(31)), luma(photo(32)), out)
+    assert not ok or max(out[0], 1 - out[1], out[2], 1 - out[3], out[4], 1 - out[5], out[6], 1 - out[7]) <= 0.15
+
+
+def test_a_batch_on_threads_gives_the_figures_of_one_pair_at_a_time():
+    ims = [photo(40 + i) for i in range(6)] + [bar_chart([0.2 + 0.1 * i, 0.5, 0.7]) for i in range(6)]
+    sigs = [np.frombuffer(hash_bytes(str(i), encode(im, "JPEG", 80)).thumb, np.uint8) for i, im in enumerate(ims)]
+    crops = [np.frombuffer(hash_bytes("c", encode(crop(im, 0.03))).thumb, np.uint8) for im in ims]
+    a = np.stack(sigs * 12)  # 144 pairs: several chunks
+    b = np.stack((sigs[1:] + sigs[:1] + crops) * 6)
+    aligns = np.tile(np.array(WHOLE, np.float32), (len(a), 1))
+    aligns[1::3] = (0.03, 0.97, 0.03, 0.97, 0, 1, 0, 1)
+    batch = _in_chunks(a, b, aligns, DEFAULT_RULE, 128)  # chunks of verify.CHUNK pairs on the threads
+    for i in range(0, len(a), 7):
+        one = identity(a[i:i + 1], b[i:i + 1], aligns[i:i + 1], DEFAULT_RULE)
+        for f in ("accepted", "region", "score", "differing", "box", "hidden", "fill", "stray"):
+            assert np.array_equal(getattr(one, f)[0], getattr(batch, f)[i]), (i, f)
