@@ -111,8 +111,8 @@ def envelope(x, quarters):
 
 @njit(**_JIT)
 def _bin_sums(x, y, use, use_mask, lo, hi):
-    """Per bin of x (TONE_BINS bins of 16 levels), over a TONE_SIDE grid of the pixels whose y lies
-    in that bin's lo..hi (and that `use` keeps, when use_mask): count, sum of y, sum of x."""
+    """Per bin of x (TONE_BINS bins of 16 levels), over a TONE_SIDE grid of the pixels whose y - x
+    lies in that bin's lo..hi (and that `use` keeps, when use_mask): count, sum of y, sum of x."""
     s = x.shape[0]
     step = max(1, s // TONE_SIDE)
     cnt = np.zeros(TONE_BINS, np.int64)
@@ -125,7 +125,7 @@ def _bin_sums(x, y, use, use_mask, lo, hi):
                 continue
             k = xr[j] >> 4
             v = np.int64(yr[j])
-            if lo[k] <= v <= hi[k]:
+            if lo[k] <= v - xr[j] <= hi[k]:
                 cnt[k] += 1
                 sy[k] += v
                 sx[k] += xr[j]
@@ -134,15 +134,28 @@ def _bin_sums(x, y, use, use_mask, lo, hi):
 
 @njit(**_JIT)
 def tone_table(x, y, use, use_mask):
-    """The tone curve from x's values to y's as a 256-entry int16 table:
-    TONE_BINS bins of x, the mean of y in each, again over the pixels within TONE_KEEP of it, made
-    non-decreasing, read between the bins' mean x; fitted on a TONE_SIDE grid of the pixels;
-    `use` (when use_mask) leaves pixels out. No bin read: the identity."""
-    lo = np.zeros(TONE_BINS, np.int64)
-    hi = np.full(TONE_BINS, 255, np.int64)
-    cnt, sy, _ = _bin_sums(x, y, use, use_mask, lo, hi)
-    for k in range(TONE_BINS):  # then the pixels within TONE_KEEP of a bin's first mean (whole levels)
-        m = sy[k] / max(cnt[k], 1)
+    """The tone curve from x's values to y's as a 256-entry int16 table: TONE_BINS bins of x, in
+    each the most common y - x (to 8 levels) and the mean of y over the pixels whose y - x lies
+    within TONE_KEEP of it (what an overlay or a differing region shows in a bin is outvoted, not
+    averaged in), made non-decreasing, read between the bins' mean x; fitted on a TONE_SIDE grid
+    of the pixels; `use` (when use_mask) leaves pixels out. No bin read: the identity."""
+    s = x.shape[0]
+    step = max(1, s // TONE_SIDE)
+    votes = np.zeros((TONE_BINS, 64), np.int32)  # per bin of x, y - x to 8 levels
+    for i in range(0, s, step):
+        xr, yr, ur = x[i], y[i], use[i]
+        for j in range(0, s, step):
+            if use_mask and not ur[j]:
+                continue
+            votes[xr[j] >> 4, (np.int32(yr[j]) - np.int32(xr[j]) + 256) >> 3] += 1
+    lo = np.empty(TONE_BINS, np.int64)
+    hi = np.empty(TONE_BINS, np.int64)
+    for k in range(TONE_BINS):
+        best = 0
+        for c in range(1, 64):
+            if votes[k, c] > votes[k, best]:
+                best = c
+        m = 8 * best + 3.5 - 256  # the most common y - x
         lo[k] = int(np.ceil(m - TONE_KEEP))
         hi[k] = int(np.floor(m + TONE_KEEP))
     cnt2, sy2, sx2 = _bin_sums(x, y, use, use_mask, lo, hi)
@@ -307,9 +320,52 @@ def _largest_group(cells):
     return out
 
 
+FLAT_RANGE = 32  # grey levels: a pixel whose four neighbours stay within this of each other lies in a flat area
+INTERIOR_MIN = 1.0 / 256  # a region whose interior is under this share of the frame is strokes, not a block
+
+
+@njit(**_JIT)
+def _all_within(mask, i, j, r):
+    """Every pixel within r (rows and columns) of (i, j) is set (pixels past the frame count as set)."""
+    s = mask.shape[0]
+    for p in range(max(i - r, 0), min(i + r + 1, s)):
+        for q in range(max(j - r, 0), min(j + r + 1, s)):
+            if not mask[p, q]:
+                return False
+    return True
+
+
+@njit(**_JIT)
+def _flat_inside(xa, xb, diff, y0, y1, x0, x1):
+    """Is the differing region a block recoloured, or something put over the picture?
+    Returns (flat, edges): of the region's interior (differing pixels with every pixel within 2
+    differing too, clear of the anti-aliased edges, in its box y0..y1, x0..x1), the share that is flat in both images: a block of one colour in
+    one image and another colour in the other (a bar grown, a slice turned), 0 when that interior
+    is under INTERIOR_MIN of the frame; and, of the box 2 px in from its border (where the edges of
+    whatever differs lie), the pixels not flat in both images, as a share of the frame: a caption's
+    letters, a box's text, a logo (letters that blend with what is under them leave holes in the
+    differing pixels, so they are read on the box)."""
+    s = xa.shape[0]
+    inner = flat = around = structured = 0
+    for i in range(max(y0, 1), min(y1, s - 1)):
+        for j in range(max(x0, 1), min(x1, s - 1)):
+            both = True
+            for x in (xa, xb):
+                v = (x[i, j], x[i - 1, j], x[i + 1, j], x[i, j - 1], x[i, j + 1])
+                if np.int32(max(v)) - np.int32(min(v)) > FLAT_RANGE:
+                    both = False
+            if y0 + 2 <= i < y1 - 2 and x0 + 2 <= j < x1 - 2:
+                around += 1
+                structured += not both
+            if diff[i, j] and _all_within(diff, i, j, 2):
+                inner += 1
+                flat += both
+    return (flat / inner if inner >= INTERIOR_MIN * s * s else 0.0), structured / (s * s)
+
+
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
-               stray_max, hidden_small, fill_min, quarters, res_f, res_box):
+               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
@@ -367,7 +423,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     cells = counts >= cell_min
     any_cell = cells.any()
     res_box[:] = 0
-    box_share = hidden = fill = stray = 0.0
+    box_share = hidden = fill = stray = flat = edges = 0.0
     if any_cell:
         main = _largest_group(cells)
         y0, y1, x0, x1 = CELLS, 0, CELLS, 0
@@ -404,24 +460,27 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                     sb += 1
                     db += diff[i, j]
         fill = max(da / max(sa, 1), db / max(sb, 1))
+        flat, edges = _flat_inside(xa, xb, diff, ty0, ty1, tx0, tx1)
     covers = hidden <= hidden_small or fill >= fill_min
-    overlay = any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
+    overlay = (any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
+               and (flat <= flat_max or edges >= edges_min))
     res_f[0] = (not any_cell) or overlay
     res_f[1] = overlay
     res_f[2] = min(1.0, max(0.0, 1.0 - (content_px - same_px) / max(content_px, 1)))
     res_f[3] = diff_px / (side * side)
-    res_f[4], res_f[5], res_f[6], res_f[7] = box_share, hidden, fill, stray
+    res_f[4], res_f[5], res_f[6], res_f[7], res_f[8], res_f[9] = box_share, hidden, fill, stray, flat, edges
 
 
 @njit(**_JIT)
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
-    (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift)
-    with shift in pixels (quarters of one)."""
+    (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
+    flat_max, edges_min) with shift in pixels (quarters of one)."""
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
-                   int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, res_f[k], res_box[k])
+                   int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
+                   params[10], res_f[k], res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------

@@ -19,7 +19,8 @@ batches the pairs over the cores.
    leaves out more than 15 % of a side of either image, or fails, is given up. The pair is judged
    again at the alignment found (step 2) and keeps the better verdict.
 2. **Identity** (`identity`): at the alignment, each pixel of B against the tone curve of A's (a
-   non-decreasing table fitted per pair: brightness, contrast, gamma, clipping) and against the
+   non-decreasing table fitted per pair: brightness, contrast, gamma, clipping; in each band of A's
+   values the most common shift wins, so what a caption bar covers is outvoted) and against the
    other image's envelope (the lowest and highest value a shift of `shift` of a pixel can show
    there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay near 0,
    content that one image lacks does not. The curve is fitted again on the pixels that matched,
@@ -33,8 +34,12 @@ batches the pairs over the cores.
        overlay    the largest group's bounding box is at most `region_max` of the frame, covers
                   at most `hidden_max` of the *content* (pixels that are not the plain background
                   the border shows; all of a photo), outside it at most `stray_max` of the frame
-                  differs, and a group hiding more than `hidden_small` of the content differs
-                  over at least `fill_min` of what it covers            -> overlay
+                  differs, a group hiding more than `hidden_small` of the content differs
+                  over at least `fill_min` of what it covers, and its interior is not flat in
+                  both images over more than `flat_max` (unless `edges_min` of the frame inside
+                  its box is not flat): one colour there in one image and another in the other
+                  is a bar grown or a slice turned, not a caption, a box or a logo put over the
+                  picture                                                -> overlay
        otherwise  refused: a look-alike differs in scattered places across its content (bars of
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
@@ -51,6 +56,7 @@ only of identical bytes.
 
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -86,12 +92,14 @@ class Rule:
     luma_tol: float = 12.0  # grey levels a pixel may differ beyond its half-pixel envelope
     chroma_tol: float = 16.0  # the same for Cb and Cr (of 128), when both images are coloured
     cell_min: int = 3  # differing pixels (of CELL_PX^2) that make a cell differ
-    region_max: float = 0.30  # the one differing region's bounding box, share of the frame
+    region_max: float = 0.35  # the one differing region's bounding box, share of the frame
     hidden_max: float = 0.50  # share of the content the region may cover
     stray_max: float = 0.004  # differing pixels outside the region, share of the frame
     hidden_small: float = 0.10  # a region hiding more of the content than this ...
     fill_min: float = 0.65  # ... must differ over at least this share of its box
     shift: float = 0.5  # the envelope: what a shift of this much of a pixel can show (0.25 or 0.5)
+    flat_max: float = 0.9  # an overlay's interior may be flat in both images over at most this share ...
+    edges_min: float = 1.0  # ... unless what is not flat there (text, edges) covers this share of the frame
 
 
 DEFAULT_RULE = Rule()
@@ -101,13 +109,10 @@ def tuning_grid() -> list[Rule]:
     """The rules the benchmark chooses from (the default among them)."""
     base = DEFAULT_RULE
     out = []
-    for shift in (0.25, 0.5):
-        for luma_tol in (6.0, 8.0, 12.0):
-            for hidden_max in (0.4, 0.5):
-                for fill_min in (0.5, 0.65, 0.8):
-                    for stray_max in (0.004, 0.01):
-                        out.append(replace(base, shift=shift, luma_tol=luma_tol, hidden_max=hidden_max,
-                                           fill_min=fill_min, stray_max=stray_max))
+    for shift, luma_tol, fill_min, stray_max, flat_max, edges_min in itertools.product(
+            (0.25, 0.5), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0)):
+        out.append(replace(base, shift=shift, luma_tol=luma_tol, fill_min=fill_min, stray_max=stray_max,
+                           flat_max=flat_max, edges_min=edges_min))
     return out
 
 
@@ -138,6 +143,8 @@ class Identity:
     hidden: np.ndarray  # float32: share of the content inside that box
     fill: np.ndarray  # float32: share of what one image shows inside the region's tight box that differs
     stray: np.ndarray  # float32: differing pixels outside the region, share of the frame
+    flat: np.ndarray  # float32: share of the region's interior that is flat in both images (kernels._flat_inside)
+    edges: np.ndarray  # float32: the rest of that interior (edges, text), share of the frame
 
 
 def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
@@ -155,12 +162,13 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     la, cba, cra = split_signature(a)
     lb, cbb, crb = split_signature(b)
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
-                       rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift], np.float64)
-    f = np.zeros((n, 8), np.float64)
+                       rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
+                       rule.edges_min], np.float64)
+    f = np.zeros((n, 10), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
     return Identity(f[:, 0] > 0, f[:, 1] > 0, *(f[:, i].astype(np.float32) for i in (2, 3)), box,
-                    *(f[:, i].astype(np.float32) for i in (4, 5, 6, 7)))
+                    *(f[:, i].astype(np.float32) for i in (4, 5, 6, 7, 8, 9)))
 
 
 @dataclass(frozen=True)
@@ -314,5 +322,7 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "hidden": round(float(f.hidden[0]), 3),
         "fill": round(float(f.fill[0]), 3),
         "stray": round(float(f.stray[0]), 4),
+        "flat": round(float(f.flat[0]), 3),
+        "edges": round(float(f.edges[0]), 4),
     })
     return out
