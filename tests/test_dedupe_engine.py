@@ -136,17 +136,33 @@ def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():
 
 
 def test_no_chaining_a_member_must_match_the_canonical_itself():
-    """Accepted pairs 0~1 and 1~2 link 2 to 0 only through 1: clustering verifies 2 against the
-    canonical 0 itself, refuses it, and 2 stays out of 0's cluster."""
+    """Accepted pairs 0~1, 1~2 and 0~3 link 2 to 0 only through 1: 0 and 1 have two pairs each
+    accepted as the same pixels, 0 ranks first and is canonical; clustering verifies 2 against 0
+    itself, refuses it, and 2 stays out of 0's cluster."""
     from pipeline.dedupe.engine import Pairs, cluster_nodes
 
-    images = [encode(PHOTO), encode(PHOTO, "JPEG", 85), encode(photo(12))]
+    images = [encode(PHOTO), encode(PHOTO, "JPEG", 85), encode(photo(12)), encode(PHOTO, "JPEG", 60)]
     thumbs = np.stack([np.frombuffer(hash_bytes(str(i), d).thumb, np.uint8) for i, d in enumerate(images)])
-    pairs = Pairs(np.array([0, 1]), np.array([1, 2]), np.zeros(2, np.int8), np.array([2, 6], np.int16),
-                  np.array([True, True]), np.array(["near", "near"], dtype=object), np.array([0.99, 0.97], np.float32))
-    c = cluster_nodes(3, pairs, np.array([0, 1, 2]), thumbs)
-    assert list(c.canonical) == [0, 0, -1] and list(c.kind) == [None, "near", None]
+    pairs = Pairs(np.array([0, 1, 0]), np.array([1, 2, 3]), np.zeros(3, np.int8), np.array([2, 6, 2], np.int16),
+                  np.array([True, True, True]), np.array(["near", "near", "near"], dtype=object),
+                  np.array([0.99, 0.97, 0.99], np.float32))
+    c = cluster_nodes(4, pairs, np.array([0, 1, 2, 3]), thumbs)
+    assert list(c.canonical) == [0, 0, -1, 0] and list(c.kind) == [None, "near", None, "near"]
     assert c.late_checks == 1 and c.split_off == 1 and c.late_accepted == []
+
+
+def test_the_canonical_is_the_image_its_copies_are_copies_of():
+    """An original with a cropped copy and a captioned copy that is saved larger (more bytes, same
+    pixels): the captioned copy and the cropped one are not a pair, so a canonical chosen by bytes
+    would split the crop off; the original, accepted as the same pixels against both, is chosen."""
+    from pipeline.dedupe.engine import Pairs, cluster_nodes
+
+    images = [encode(PHOTO, "JPEG", 80), encode(caption_bar(PHOTO), "PNG"), encode(crop(PHOTO, 0.04), "JPEG", 80)]
+    thumbs = np.stack([np.frombuffer(hash_bytes(str(i), d).thumb, np.uint8) for i, d in enumerate(images)])
+    pairs = Pairs(np.array([0, 0]), np.array([1, 2]), np.zeros(2, np.int8), np.array([4, 2], np.int16),
+                  np.array([True, True]), np.array(["overlay", "crop"], dtype=object), np.array([0.85, 0.99], np.float32))
+    c = cluster_nodes(3, pairs, np.array([1, 0, 2]), thumbs)  # by pixels then bytes, the PNG ranks first
+    assert list(c.canonical) == [0, 0, 0] and list(c.kind) == [None, "overlay", "crop"]
 
 
 def test_no_chaining_in_the_whole_engine():

@@ -48,16 +48,29 @@ def test_not_duplicates_splits_an_accepted_pair_and_its_contamination(tmp_path):
     assert row["reason"] == "different crop, different figure"
 
 
+def test_not_duplicates_holds_when_both_are_copies_of_the_canonical(tmp_path):
+    """copy.jpg and crop.png are each accepted against eval.jpg, the canonical: separated by a
+    reviewer, they do not end in one cluster through it; the one that ranks later tries again
+    with the rest (and finds no partner there)."""
+    o = _write(tmp_path / "o.json", [{"decision": "not_duplicates", "images": ["visualprm:copy.jpg", "visualprm:crop.png"]}])
+    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    rows = {r["image_key"]: r for r in clusters.to_pylist()}
+    assert rows["eval.jpg"]["is_canonical"] and ("copy.jpg" in rows) != ("crop.png" in rows)
+    assert len({r["cluster_id"] for r in rows.values()}) == 1
+    # contamination is pairwise (train against eval): both copies still leak the eval image
+    assert sorted(contamination["train_image_key"].to_pylist()) == ["copy.jpg", "crop.png"]
+
+
 def test_duplicates_joins_a_pair_the_engine_refused(tmp_path):
     o = _write(tmp_path / "o.json", [{"decision": "duplicates", "images": ["visualprm:other.png", "mmrb2:eval.jpg"]}])
     clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
     rows = {r["image_key"]: r for r in clusters.to_pylist()}
-    # other.png (the most pixels and bytes) is the canonical of the joined component; eval.jpg
-    # joins it by the override; the copies are not copies of other.png, so without chaining they
-    # form their own cluster.
-    assert rows["other.png"]["is_canonical"] and rows["eval.jpg"]["kind"] == "override"
-    assert rows["other.png"]["cluster_id"] == rows["eval.jpg"]["cluster_id"] != rows["copy.jpg"]["cluster_id"]
-    assert rows["copy.jpg"]["cluster_id"] == rows["crop.png"]["cluster_id"]
+    # eval.jpg and other.png have as many pixels; eval.jpg, accepted as the same pixels against its
+    # two copies, is the canonical of the joined component: other.png joins it by the override and
+    # the copies stay with it.
+    assert rows["eval.jpg"]["is_canonical"] and rows["other.png"]["kind"] == "override"
+    assert len({r["cluster_id"] for r in rows.values()}) == 1
+    assert (rows["copy.jpg"]["kind"], rows["crop.png"]["kind"]) == ("near", "crop")
     assert {(r["train_image_key"], r["kind"]) for r in contamination.to_pylist()} == {
         ("copy.jpg", "near"), ("crop.png", "crop"), ("other.png", "override")}
     (row,) = result.applied.to_pylist()

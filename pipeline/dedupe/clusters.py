@@ -6,6 +6,8 @@ and then checks every member against the canonical image (no chaining).
 Canonical rule (deterministic; the first criterion that differs decides):
 
 1. the largest resolution, width * height (unknown sizes last);
+   (the engine then puts first the image with the most pairs in its component accepted as the
+   same pixels, near or crop: the original of several copies rather than a captioned copy)
 2. the largest file, in bytes (unknown last);
 3. dataset order: the registry's eval sets before its train sets (eval images win ties), in
    registry order; any other dataset after those, alphabetically;

@@ -183,10 +183,12 @@ class Clustering:
 def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
                   stop: Callable[[], None] | None = None, aspect: np.ndarray | None = None,
                   chroma: np.ndarray | None = None, separate: frozenset = frozenset(),
-                  rule: Rule = DEFAULT_RULE) -> Clustering:
+                  rule: Rule = DEFAULT_RULE, pixels: np.ndarray | None = None) -> Clustering:
     """Clusters over accepted pairs without chaining (module docstring, step 4). `rank[i]` orders
-    nodes for the canonical choice (smaller is better, all distinct); node pairs (a < b) in
-    `separate` are never accepted (a reviewer's override)."""
+    nodes for the canonical choice (smaller is better, all distinct); among nodes of as many
+    `pixels` (when given), the one with the most pairs accepted as the same pixels comes first;
+    node pairs (a < b) in `separate` are never accepted, nor end in one cluster (a reviewer's
+    override)."""
     canonical = np.full(n, -1, np.int64)
     kind = np.full(n, None, dtype=object)
     score = np.full(n, np.nan, np.float32)
@@ -204,8 +206,14 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
         members = np.flatnonzero(in_edge & open_)
         if members.size == 0:
             break
-        # The best-ranked node of each component is its canonical.
-        order = members[np.lexsort((rank[members], labels[members]))]
+        # Each component's canonical: the most pixels, then the most pairs in it accepted as the same
+        # pixels (near or crop: an original is, against each of its re-encoded, resized or cropped
+        # copies; a copy with a caption of the same size is not against one that is cropped; an
+        # overlay counts for neither), then the best-ranked (clusters.py's rule).
+        same = np.array([verdict[(int(x), int(y))][0] in ("near", "crop") for x, y in zip(ea, eb)], bool)
+        degree = np.bincount(np.concatenate([ea[same], eb[same]]), minlength=n)
+        area = np.zeros(n) if pixels is None else -np.asarray(pixels, np.float64)
+        order = members[np.lexsort((rank[members], -degree[members], area[members], labels[members]))]
         first = np.ones(len(order), bool)
         first[1:] = labels[order[1:]] != labels[order[:-1]]
         head = np.empty(n, np.int64)
@@ -213,6 +221,8 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
         canon_of = head[labels[members]]
         others = members[canon_of != members]
         their_canon = canon_of[canon_of != members]
+        by_rank = np.argsort(rank[others], kind="stable")
+        others, their_canon = others[by_rank], their_canon[by_rank]
         known = np.array([(min(m, c), max(m, c)) in verdict for m, c in zip(others, their_canon)], bool)
         missing = np.flatnonzero(~known)
         if missing.size:
@@ -225,10 +235,16 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
                 if x:
                     late_accepted.append((min(m, c), max(m, c), y, float(z)))
         joined = []
+        held: dict[int, list[int]] = {}  # canonical -> its members so far (for the reviewers' separations)
         for m, c in zip(others, their_canon):
             k, s = verdict[(min(int(m), int(c)), max(int(m), int(c)))]
+            if k is not None and separate:
+                # a pair a reviewer separated never ends in one cluster, not even through a canonical
+                # both are accepted against: the later one (in rank order) tries again with the rest
+                k = None if any((min(int(m), x), max(int(m), x)) in separate for x in held.get(int(c), [])) else k
             if k is not None:
                 joined.append(m)
+                held.setdefault(int(c), []).append(int(m))
                 canonical[m], kind[m], score[m] = c, k, s
         heads = np.unique(canon_of)
         got_members = np.unique(canonical[np.asarray(joined, np.int64)]) if joined else np.zeros(0, np.int64)
@@ -393,7 +409,8 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
     separate, effects = frozenset(), {}
     if forced is not None and (forced.separate or forced.join):
         pairs, separate, effects = _force(pairs, nodes, forced, node_thumbs, stop, aspect, chroma, phash, rule)
-    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma, separate, rule)
+    pixels = np.nan_to_num(width * height, nan=-1.0)
+    clustering = cluster_nodes(n, pairs, best, node_thumbs, stop, aspect, chroma, separate, rule, pixels)
 
     # Accepted node pairs: candidates and late checks.
     ok = pairs.accepted

@@ -321,7 +321,7 @@ def _largest_group(cells):
 
 
 FLAT_RANGE = 32  # grey levels: a pixel whose four neighbours stay within this of each other lies in a flat area
-INTERIOR_MIN = 1.0 / 256  # a region whose interior is under this share of the frame is strokes, not a block
+INTERIOR_MIN = 1.0 / 4096  # a region whose interior is under this share of the frame (4 px at 128) is strokes, not a block
 
 
 @njit(**_JIT)
