@@ -36,6 +36,15 @@ SHARED = _find_shared()
 TASKS = ("t2i", "edit", "interleaved", "reasoning")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels():
+    """The verification's compiled loops are built (or loaded from their cache) once, before any
+    test: on a new checkout that takes a minute, which no timed test should pay."""
+    from pipeline.dedupe import kernels
+
+    kernels.warm()
+
+
 @pytest.fixture(autouse=True)
 def _own_data_root(tmp_path_factory, monkeypatch):
     """Every test starts on an empty data root of its own, never the checkout's `data/` (which

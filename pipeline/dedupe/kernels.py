@@ -95,17 +95,26 @@ def envelope(x, quarters):
     s = x.shape[0]
     lo = np.empty((s, s), np.uint8)
     hi = np.empty((s, s), np.uint8)
+    mn = np.empty(s, np.int32)
+    mx = np.empty(s, np.int32)
     for i in range(s):
         row, up, down = x[i], x[max(i - 1, 0)], x[min(i + 1, s - 1)]  # a missing neighbour is the pixel itself
+        for j in range(s):  # the pixel, the rows above and below
+            v, u, d = row[j], up[j], down[j]
+            mn[j] = min(v, min(u, d))
+            mx[j] = max(v, max(u, d))
+        for j in range(1, s - 1):  # left and right
+            mn[j] = min(mn[j], min(np.int32(row[j - 1]), np.int32(row[j + 1])))
+            mx[j] = max(mx[j], max(np.int32(row[j - 1]), np.int32(row[j + 1])))
+        mn[0] = min(mn[0], np.int32(row[1]))
+        mx[0] = max(mx[0], np.int32(row[1]))
+        mn[s - 1] = min(mn[s - 1], np.int32(row[s - 2]))
+        mx[s - 1] = max(mx[s - 1], np.int32(row[s - 2]))
         lr, hr = lo[i], hi[i]
         for j in range(s):
-            v = row[j]
-            left, right = row[max(j - 1, 0)], row[min(j + 1, s - 1)]
-            a = min(min(v, up[j]), min(down[j], min(left, right)))
-            b = max(max(v, up[j]), max(down[j], max(left, right)))
-            vi = np.int32(v)
-            lr[j] = vi - ((vi - np.int32(a)) * quarters + 3) // 4
-            hr[j] = vi + ((np.int32(b) - vi) * quarters + 3) // 4
+            v = np.int32(row[j])
+            lr[j] = v - (((v - mn[j]) * quarters + 3) >> 2)
+            hr[j] = v + (((mx[j] - v) * quarters + 3) >> 2)
     return lo, hi
 
 
@@ -141,19 +150,20 @@ def tone_table(x, y, use, use_mask):
     of the pixels; `use` (when use_mask) leaves pixels out. No bin read: the identity."""
     s = x.shape[0]
     step = max(1, s // TONE_SIDE)
-    votes = np.zeros((TONE_BINS, 64), np.int32)  # per bin of x, y - x to 8 levels
+    votes = np.zeros(TONE_BINS * 64, np.int32)  # per bin of x, y - x to 8 levels
     for i in range(0, s, step):
         xr, yr, ur = x[i], y[i], use[i]
         for j in range(0, s, step):
             if use_mask and not ur[j]:
                 continue
-            votes[xr[j] >> 4, (np.int32(yr[j]) - np.int32(xr[j]) + 256) >> 3] += 1
+            xv = np.int32(xr[j])
+            votes[((xv >> 4) << 6) + ((np.int32(yr[j]) - xv + 256) >> 3)] += 1
     lo = np.empty(TONE_BINS, np.int64)
     hi = np.empty(TONE_BINS, np.int64)
     for k in range(TONE_BINS):
         best = 0
         for c in range(1, 64):
-            if votes[k, c] > votes[k, best]:
+            if votes[k * 64 + c] > votes[k * 64 + best]:
                 best = c
         m = 8 * best + 3.5 - 256  # the most common y - x
         lo[k] = int(np.ceil(m - TONE_KEEP))
@@ -235,30 +245,34 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol):
 
 
 @njit(**_JIT)
-def background(x):
-    """Pixels of the frame's background: the border's median grey and locally flat; none when it
-    is under BG_MIN of the frame (a photo is all content)."""
+def background(x, lo, hi):
+    """Pixels of the frame's background: the border's median grey and locally flat (lo, hi: the
+    half-pixel envelope); none when it is under BG_MIN of the frame (a photo is all content)."""
     s = x.shape[0]
-    ring = np.empty(4 * s - 4, np.int32)
-    k = 0
+    counts = np.zeros(256, np.int32)
     for j in range(s):
-        ring[k] = x[0, j]
-        ring[k + 1] = x[s - 1, j]
-        k += 2
+        counts[x[0, j]] += 1
+        counts[x[s - 1, j]] += 1
     for i in range(1, s - 1):
-        ring[k] = x[i, 0]
-        ring[k + 1] = x[i, s - 1]
-        k += 2
-    ring.sort()
-    m = ring.shape[0] // 2
-    bg = np.int32((ring[m - 1] + ring[m]) / 2.0)
-    lo, hi = envelope(x, 2)
+        counts[x[i, 0]] += 1
+        counts[x[i, s - 1]] += 1
+    m = (4 * s - 4) // 2  # the median of an even count: the mean of the m-th and (m+1)-th values
+    seen, first, second = 0, -1, -1
+    for v in range(256):
+        seen += counts[v]
+        if first < 0 and seen >= m:
+            first = v
+        if seen >= m + 1:
+            second = v
+            break
+    bg = np.int32((first + second) / 2.0)
     out = np.empty((s, s), np.bool_)
     n = 0
     for i in range(s):
+        xr, lr, hr, o = x[i], lo[i], hi[i], out[i]
         for j in range(s):
-            b = (abs(np.int32(x[i, j]) - bg) <= BG_TOL) & (np.int32(hi[i, j]) - np.int32(lo[i, j]) <= BG_TOL)
-            out[i, j] = b
+            b = (abs(np.int32(xr[j]) - bg) <= BG_TOL) & (np.int32(hr[j]) - np.int32(lr[j]) <= BG_TOL)
+            o[j] = b
             n += b
     if n < BG_MIN * s * s:
         out[:, :] = False
@@ -395,7 +409,10 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                     for j in range(side):
                         if cd[i // up, j // up]:
                             diff[i, j] = True
-    bga, bgb = background(xa), background(xb)
+    if quarters == 2:
+        bga, bgb = background(xa, alo, ahi), background(xb, blo, bhi)
+    else:
+        bga, bgb = background(xa, *envelope(xa, 2)), background(xb, *envelope(xb, 2))
     cpx = side // CELLS
     cell_min = max(1, -(-cell_min_64 * cpx * cpx // 64))
     counts = np.zeros((CELLS, CELLS), np.int32)
@@ -476,6 +493,8 @@ def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
     flat_max, edges_min) with shift in pixels (quarters of one)."""
+    if params.shape[0] != 11 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (11), res_f (pairs, 10) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
@@ -805,3 +824,18 @@ def align_pair(la, lb, out):
 def align_pairs(la, lb, out, ok):
     for k in range(la.shape[0]):
         ok[k] = align_pair(la[k], lb[k], out[k])
+
+
+def warm() -> None:
+    """Compile (or load from the cache) every entry point on a tiny batch: the first run on a new
+    checkout pays the compilation here, once, instead of inside a timed step."""
+    la = np.zeros((1, 128, 128), np.uint8)
+    la[0, 32:96, 32:96] = 200
+    lb = la.copy()
+    lb[0, 40:50, 40:50] = 30
+    c = np.full((1, 32, 32), 128, np.uint8)
+    al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.65, 0.5, 0.9, 1.0])
+    for side in (64, 128):
+        judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
+    align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
