@@ -224,14 +224,31 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, table, tol, out):
 
 @njit(**_JIT)
 def differs(x, xlo, xhi, y, ylo, yhi, tol):
-    """Pixels that differ beyond tol once the tone curve is applied : fitted
-    on every pixel, then again on the pixels that matched, both ways; the reading with the fewest
-    differing pixels stands. Returns (map, count)."""
+    """Pixels that differ beyond tol once the tone curve is applied: fitted on every pixel both
+    ways (x's curve onto y, y's onto x), then again both ways on the pixels that matched in the
+    better of the two; the reading with the fewest differing pixels stands (ties: the earlier).
+    The same verdict whichever image comes first. Returns (map, count)."""
     s = x.shape[0]
     out = np.empty((s, s), np.bool_)
     count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, out)
     if count == 0:
         return out, count
+    other = np.empty((s, s), np.bool_)
+    c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, out, False), tol, other)
+    if c < count:
+        out, count = other, c
+    if count == 0:
+        return out, count
+    use = ~out
+    for forward in (True, False):
+        again = np.empty((s, s), np.bool_)
+        if forward:
+            c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, again)
+        else:
+            c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, use, True), tol, again)
+        if c < count:
+            out, count = again, c
+    return out, count
     use = ~out
     again = np.empty((s, s), np.bool_)
     c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, again)

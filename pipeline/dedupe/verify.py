@@ -23,8 +23,9 @@ batches the pairs over the cores.
    values the most common shift wins, so what a caption bar covers is outvoted) and against the
    other image's envelope (the lowest and highest value a shift of `shift` of a pixel can show
    there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay near 0,
-   content that one image lacks does not. The curve is fitted again on the pixels that matched,
-   both ways, and the reading with the fewest differing pixels stands. When both images are
+   content that one image lacks does not. The curve is fitted both ways (A's onto B, B's onto A),
+   then again both ways on the pixels that matched, and the reading with the fewest differing
+   pixels stands: the verdict does not depend on which image comes first. When both images are
    coloured, Cb and Cr are read the same way (each with its own non-decreasing curve, so a
    recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; a cell (1/16 of
    the side) differs when `cell_min` of its pixels (per 8x8) do. At 64 px first; what that
