@@ -148,7 +148,10 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                     f"{e['hidden'] * 100:.1f} % of the content (<= {r.hidden_max * 100:g} %; above "
                     f"{r.hidden_small * 100:g} % it must differ over >= {r.fill_min * 100:g} % of its box: "
                     f"{e['fill'] * 100:.0f} %)" if e["region"] else "none")
-                 + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %); score {e['score']:.4f}")
+                 + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %)"
+                 + (f"; its inside flat in both images {e['flat'] * 100:.0f} % (<= {r.flat_max * 100:g} %, or edges "
+                    f"over {e['edges'] * 100:.2f} % of the frame >= {r.edges_min * 100:g} %)" if e["region"] else "")
+                 + f"; score {e['score']:.4f}")
     if e["accepted"]:
         how = {"near": "the same pixels over the whole frame", "crop": f"the same pixels, cropped {e['crop_per_side'] * 100:.1f} %",
                "overlay": f"the same pixels but inside {e['region']}"}
