@@ -34,13 +34,34 @@ def test_the_tone_curve_maps_a_brightness_edit_and_ignores_an_overlay():
     x = rng.integers(0, 200, (64, 64)).astype(np.uint8)
     y = np.clip(x.astype(np.int32) * 1.2 + 10, 0, 255).astype(np.uint8)
     y[:8, :8] = 255  # an overlay in a corner
-    table = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
+    table, slope = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
+    assert 1.1 <= slope <= 1.3  # the contrast the curve keeps, read between its two largest bins
     for v in (20, 80, 150):
         assert abs(int(table[v]) - (v * 1.2 + 10)) <= 2
     assert all(np.diff(table.astype(np.int32)) >= 0)  # non-decreasing
-    same = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
+    same, one = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
+    assert one == pytest.approx(1.0)
     # the identity between the lowest and highest bins' means (beyond them the curve is flat: clipping)
     assert all(abs(int(same[v]) - v) <= 1 for v in range(16, 190, 8))
+
+
+def test_a_copy_that_flattens_the_contrast_is_read_with_a_smaller_tolerance():
+    """Pale bars (225) on white, brightened until they sit at 245: where a bar is taller in one
+    chart than in the other the two differ by 10 levels in the copy's greys, under a tolerance of
+    12; the tolerance shrinks with the contrast the tone curve keeps, so they differ there."""
+    x = np.full((64, 64), 255, np.uint8)
+    for c in (8, 24, 40):
+        x[20:60, c:c + 8] = 225  # three bars
+    other = np.full((64, 64), 255, np.uint8)
+    for c, top in ((8, 20), (24, 20), (40, 40)):
+        other[top:60, c:c + 8] = 245  # a brightened chart whose third bar is shorter
+    lo, hi = kernels.envelope(x, 2)
+    olo, ohi = kernels.envelope(other, 2)
+    diff, n = kernels.differs(x, lo, hi, other, olo, ohi, 12.0, 1.0)
+    assert diff[22:38, 42:46].all() and n == diff[18:42, 38:50].sum()  # the third bar's top, and only it
+    copy = np.where(x == 225, 245, 255).astype(np.uint8)  # the brightened copy of the same chart
+    clo, chi = kernels.envelope(copy, 2)
+    assert kernels.differs(x, lo, hi, copy, clo, chi, 12.0, 1.0)[1] == 0
 
 
 @pytest.mark.parametrize("box", [(0.04, 0.96, 0.04, 0.96), (0.0, 0.94, 0.0, 1.0), (0.03, 1.0, 0.0, 0.95),

@@ -188,7 +188,7 @@ def tone_table(x, y, use, use_mask):
     if n == 0:
         for v in range(256):
             table[v] = v
-        return table
+        return table, 1.0
     kx[n], ky[n] = 256.0, run
     n += 1
     seg = 0
@@ -199,15 +199,41 @@ def tone_table(x, y, use, use_mask):
         t = ky[seg] if x1 <= x0 else ky[seg] + (ky[seg + 1] - ky[seg]) * (v - x0) / (x1 - x0)
         t = np.rint(t)
         table[v] = 0 if t < 0 else (255 if t > 255 else np.int16(t))
-    return table
+    # The contrast kept between the two largest areas of distinct grey (bins SLOPE_SPAN apart):
+    # a brightened copy that clips (pale bars at 225 on white become 245) keeps a third of it.
+    first_bin, second_bin = -1, -1
+    for k in range(TONE_BINS):
+        if cnt2[k] >= TONE_MIN_COUNT and (first_bin < 0 or cnt2[k] > cnt2[first_bin]):
+            first_bin = k
+    if first_bin < 0:
+        return table, 1.0
+    fx = sx2[first_bin] / cnt2[first_bin]
+    for k in range(TONE_BINS):
+        if (cnt2[k] >= TONE_MIN_COUNT and abs(sx2[k] / cnt2[k] - fx) >= SLOPE_SPAN
+                and (second_bin < 0 or cnt2[k] > cnt2[second_bin])):
+            second_bin = k
+    if second_bin < 0:
+        return table, 1.0
+    dx = sx2[second_bin] / cnt2[second_bin] - fx
+    dy = sy2[second_bin] / cnt2[second_bin] - sy2[first_bin] / cnt2[first_bin]
+    return table, dy / dx
+
+
+SLOPE_SPAN = 24.0  # grey levels: the contrast is read between two areas at least this far apart in x
+SLOPE_MIN = 0.5  # a curve that flattens the contrast is read at a tolerance shrunk with it, down to this share
 
 
 @njit(**_JIT)
-def _residual_map(x, xlo, xhi, y, ylo, yhi, table, tol, out):
+def _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, out):
     """out[i, j]: y's pixel outside x's envelope mapped through `table` and x's mapped pixel outside
     y's envelope, the smaller of the two, beyond tol. Returns how many pixels differ."""
     s = x.shape[0]
-    t = int(np.floor(tol))  # residuals are whole levels: > tol is > floor(tol)
+    table, slope = curve
+    # a curve that keeps less than `full` of the contrast (tone_table's slope) shrinks every
+    # difference with it, and the tolerance with it; residuals are whole levels, the tolerance
+    # is rounded to one (> 12 for 12; a curve keeping 97 % of the contrast is noise, not a change)
+    factor = 1.0 if full <= 0.0 else min(1.0, max(SLOPE_MIN, slope / full))
+    t = int(np.floor(np.floor(tol) * factor + 0.5))
     count = 0
     for i in range(s):
         xr, xl, xh, yr, yl, yh, o = x[i], xlo[i], xhi[i], y[i], ylo[i], yhi[i], out[i]
@@ -223,18 +249,18 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, table, tol, out):
 
 
 @njit(**_JIT)
-def differs(x, xlo, xhi, y, ylo, yhi, tol):
+def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     """Pixels that differ beyond tol once the tone curve is applied: fitted on every pixel both
     ways (x's curve onto y, y's onto x), then again both ways on the pixels that matched in the
     better of the two; the reading with the fewest differing pixels stands (ties: the earlier).
     The same verdict whichever image comes first. Returns (map, count)."""
     s = x.shape[0]
     out = np.empty((s, s), np.bool_)
-    count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, out)
+    count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, full, out)
     if count == 0:
         return out, count
     other = np.empty((s, s), np.bool_)
-    c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, out, False), tol, other)
+    c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, out, False), tol, full, other)
     if c < count:
         out, count = other, c
     if count == 0:
@@ -243,21 +269,11 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol):
     for forward in (True, False):
         again = np.empty((s, s), np.bool_)
         if forward:
-            c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, again)
+            c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, full, again)
         else:
-            c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, use, True), tol, again)
+            c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, use, True), tol, full, again)
         if c < count:
             out, count = again, c
-    return out, count
-    use = ~out
-    again = np.empty((s, s), np.bool_)
-    c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, again)
-    if c < count:
-        out, count = again, c
-    backward = np.empty((s, s), np.bool_)
-    c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, use, True), tol, backward)
-    if c < count:
-        out, count = backward, c
     return out, count
 
 
@@ -396,7 +412,7 @@ def _flat_inside(xa, xb, diff, y0, y1, x0, x1):
 
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
-               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, res_f, res_box):
+               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
@@ -409,7 +425,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
         quarters = max(quarters, 2)  # a resampled thumbnail is smoother than one made at its size: half a pixel
     alo, ahi = envelope(xa, quarters)
     blo, bhi = envelope(xb, quarters)
-    diff, _ = differs(xa, alo, ahi, xb, blo, bhi, luma_tol)
+    diff, _ = differs(xa, alo, ahi, xb, blo, bhi, luma_tol, full)
     ba, ca = _coloured(cba, cra)
     bb, cb = _coloured(cbb, crb)
     if (ba and bb) or (ca and cb):
@@ -420,7 +436,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
             yb = warp(pb, al[4], al[5], al[6], al[7])
             yalo, yahi = envelope(ya, quarters)
             yblo, ybhi = envelope(yb, quarters)
-            cd, n = differs(ya, yalo, yahi, yb, yblo, ybhi, chroma_tol)
+            cd, n = differs(ya, yalo, yahi, yb, yblo, ybhi, chroma_tol, 0.0)  # the luma reads the contrast
             if n:
                 for i in range(side):
                     for j in range(side):
@@ -509,14 +525,14 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
-    flat_max, edges_min) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 11 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
-        raise ValueError("judge_pairs: params (11), res_f (pairs, 10) and res_box (pairs, 4) are required")
+    flat_max, edges_min, contrast_full) with shift in pixels (quarters of one)."""
+    if params.shape[0] != 12 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (12), res_f (pairs, 10) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
                    int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
-                   params[10], res_f[k], res_box[k])
+                   params[10], params[11], res_f[k], res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------
@@ -852,7 +868,7 @@ def warm() -> None:
     lb[0, 40:50, 40:50] = 30
     c = np.full((1, 32, 32), 128, np.uint8)
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
-    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.65, 0.5, 0.9, 1.0])
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.65, 0.5, 0.9, 1.0, 1.0])
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))

@@ -27,7 +27,11 @@ batches the pairs over the cores.
    then again both ways on the pixels that matched, and the reading with the fewest differing
    pixels stands: the verdict does not depend on which image comes first. When both images are
    coloured, Cb and Cr are read the same way (each with its own non-decreasing curve, so a
-   recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; a cell (1/16 of
+   recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
+   tolerance shrinks with the contrast the curve keeps (between the two largest areas of
+   distinct grey; rounded to whole levels) when it keeps less than `contrast_full` of it, down
+   to half: a brightened copy that clips pale bars from 225 to 245 shrinks every difference to a
+   third, and a bar present in one chart only would pass under the plain tolerance. A cell (1/16 of
    the side) differs when `cell_min` of its pixels (per 8x8) do. At 64 px first; what that
    accepts is judged again at 128 px.
 3. **Decision** on the differing cells (grouped when at most one cell apart):
@@ -97,10 +101,11 @@ class Rule:
     hidden_max: float = 0.50  # share of the content the region may cover
     stray_max: float = 0.004  # differing pixels outside the region, share of the frame
     hidden_small: float = 0.10  # a region hiding more of the content than this ...
-    fill_min: float = 0.65  # ... must differ over at least this share of its box
+    fill_min: float = 0.5  # ... must differ over at least this share of its box
     shift: float = 0.5  # the envelope: what a shift of this much of a pixel can show (0.25 or 0.5)
     flat_max: float = 0.9  # an overlay's interior may be flat in both images over at most this share ...
     edges_min: float = 1.0  # ... unless what is not flat there (text, edges) covers this share of the frame
+    contrast_full: float = 1.0  # a tone curve keeping less of the contrast than this shrinks the tolerances with it
 
 
 DEFAULT_RULE = Rule()
@@ -110,10 +115,10 @@ def tuning_grid() -> list[Rule]:
     """The rules the benchmark chooses from (the default among them)."""
     base = DEFAULT_RULE
     out = []
-    for shift, luma_tol, fill_min, stray_max, flat_max, edges_min in itertools.product(
-            (0.25, 0.5), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0)):
+    for shift, luma_tol, fill_min, stray_max, flat_max, edges_min, contrast_full in itertools.product(
+            (0.25, 0.5), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0), (0.8, 1.0)):
         out.append(replace(base, shift=shift, luma_tol=luma_tol, fill_min=fill_min, stray_max=stray_max,
-                           flat_max=flat_max, edges_min=edges_min))
+                           flat_max=flat_max, edges_min=edges_min, contrast_full=contrast_full))
     return out
 
 
@@ -164,7 +169,7 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     lb, cbb, crb = split_signature(b)
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
-                       rule.edges_min], np.float64)
+                       rule.edges_min, rule.contrast_full], np.float64)
     f = np.zeros((n, 10), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
