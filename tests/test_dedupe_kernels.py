@@ -34,13 +34,13 @@ def test_the_tone_curve_maps_a_brightness_edit_and_ignores_an_overlay():
     x = rng.integers(0, 200, (64, 64)).astype(np.uint8)
     y = np.clip(x.astype(np.int32) * 1.2 + 10, 0, 255).astype(np.uint8)
     y[:8, :8] = 255  # an overlay in a corner
-    table, slope = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
-    assert 1.1 <= slope <= 1.3  # the contrast the curve keeps, read between its two largest bins
+    table, slope, kept = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
+    assert 1.1 <= slope <= 1.3 and 1.1 <= kept <= 1.3  # the contrast the curve keeps: two largest bins, whole range
     for v in (20, 80, 150):
         assert abs(int(table[v]) - (v * 1.2 + 10)) <= 2
     assert all(np.diff(table.astype(np.int32)) >= 0)  # non-decreasing
-    same, one = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
-    assert one == pytest.approx(1.0)
+    same, one, whole = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
+    assert one == pytest.approx(1.0) and whole == pytest.approx(1.0, abs=0.05)
     # the identity between the lowest and highest bins' means (beyond them the curve is flat: clipping)
     assert all(abs(int(same[v]) - v) <= 1 for v in range(16, 190, 8))
 
@@ -62,6 +62,44 @@ def test_a_copy_that_flattens_the_contrast_is_read_with_a_smaller_tolerance():
     copy = np.where(x == 225, 245, 255).astype(np.uint8)  # the brightened copy of the same chart
     clo, chi = kernels.envelope(copy, 2)
     assert kernels.differs(x, lo, hi, copy, clo, chi, 12.0, 1.0)[1] == 0
+
+
+@pytest.mark.parametrize("forward", [True, False])
+def test_a_plain_frame_is_no_copy_of_a_star_field(forward):
+    """Sparse bright dots on black against a plain dark frame: the curve from the dots' image onto
+    the plain one maps every grey to one value (it keeps none of the contrast) and would find
+    nothing differing; such a reading only stands when every reading flattens the content."""
+    rng = np.random.default_rng(5)
+    stars = np.zeros((64, 64), np.uint8)
+    dots = rng.random((64, 64)) < 0.03
+    stars[dots] = 200
+    plain = np.full((64, 64), 30, np.uint8)
+    a, b = (stars, plain) if forward else (plain, stars)
+    alo, ahi = kernels.envelope(a, 2)
+    blo, bhi = kernels.envelope(b, 2)
+    diff, n = kernels.differs(a, alo, ahi, b, blo, bhi, 12.0, 1.0)
+    assert diff[dots].mean() > 0.9 and n == diff.sum()
+
+
+@pytest.mark.parametrize("forward", [True, False])
+def test_a_banner_that_hides_most_of_a_band_of_grey_does_not_pull_the_curve(forward):
+    """The top quarter is the only place with values 200..215 but for a few pixels elsewhere (the
+    rest lies in 0..100 and 220..255); a bar of 128 over it makes 200..215 map to 128 in a curve
+    fitted on every pixel (still non-decreasing), and those few pixels differ. Fitted without the
+    strip, only the bar differs."""
+    rng = np.random.default_rng(3)
+    blocks = np.where(rng.random((16, 16)) < 0.5, rng.integers(0, 101, (16, 16)), rng.integers(220, 256, (16, 16)))
+    blocks[:4] = rng.integers(200, 216, (4, 16))
+    blocks[[6, 9, 13], [3, 11, 7]] = 208  # the few blocks of that grey elsewhere
+    x = np.kron(blocks, np.ones((4, 4))).astype(np.uint8)  # 4-pixel blocks: the envelope stays tight inside
+    y = x.copy()
+    y[:16] = 128  # the bar
+    a, b = (x, y) if forward else (y, x)
+    alo, ahi = kernels.envelope(a, 2)
+    blo, bhi = kernels.envelope(b, 2)
+    diff, n = kernels.differs(a, alo, ahi, b, blo, bhi, 12.0, 1.0)
+    assert not diff[17:].any()  # nothing outside the bar (row 16 is within the envelope's reach)
+    assert diff[:15].mean() > 0.9 and n == diff[:17].sum()
 
 
 @pytest.mark.parametrize("box", [(0.04, 0.96, 0.04, 0.96), (0.0, 0.94, 0.0, 1.0), (0.03, 1.0, 0.0, 0.95),

@@ -151,12 +151,14 @@ def tone_table(x, y, use, use_mask):
     s = x.shape[0]
     step = max(1, s // TONE_SIDE)
     votes = np.zeros(TONE_BINS * 64, np.int32)  # per bin of x, y - x to 8 levels
+    seen = np.zeros(TONE_BINS, np.int32)  # per bin of x, every pixel (used or not)
     for i in range(0, s, step):
         xr, yr, ur = x[i], y[i], use[i]
         for j in range(0, s, step):
+            xv = np.int32(xr[j])
+            seen[xv >> 4] += 1
             if use_mask and not ur[j]:
                 continue
-            xv = np.int32(xr[j])
             votes[((xv >> 4) << 6) + ((np.int32(yr[j]) - xv + 256) >> 3)] += 1
     lo = np.empty(TONE_BINS, np.int64)
     hi = np.empty(TONE_BINS, np.int64)
@@ -188,7 +190,7 @@ def tone_table(x, y, use, use_mask):
     if n == 0:
         for v in range(256):
             table[v] = v
-        return table, 1.0
+        return table, 1.0, 1.0
     kx[n], ky[n] = 256.0, run
     n += 1
     seg = 0
@@ -201,22 +203,34 @@ def tone_table(x, y, use, use_mask):
         table[v] = 0 if t < 0 else (255 if t > 255 else np.int16(t))
     # The contrast kept between the two largest areas of distinct grey (bins SLOPE_SPAN apart):
     # a brightened copy that clips (pale bars at 225 on white become 245) keeps a third of it.
+    # And the contrast it keeps across x's whole range (its lowest and highest bins of at least
+    # TONE_MIN_COUNT pixels, read or not): near 0, the curve flattens the content (COLLAPSE).
+    low, high = -1, -1
+    for k in range(TONE_BINS):
+        if seen[k] >= TONE_MIN_COUNT:
+            high = k
+            if low < 0:
+                low = k
+    kept = 1.0
+    if high - low >= 2:
+        xl, xh = 16 * low + 8, 16 * high + 8
+        kept = (np.float64(table[xh]) - np.float64(table[xl])) / (xh - xl)
     first_bin, second_bin = -1, -1
     for k in range(TONE_BINS):
         if cnt2[k] >= TONE_MIN_COUNT and (first_bin < 0 or cnt2[k] > cnt2[first_bin]):
             first_bin = k
     if first_bin < 0:
-        return table, 1.0
+        return table, 1.0, kept
     fx = sx2[first_bin] / cnt2[first_bin]
     for k in range(TONE_BINS):
         if (cnt2[k] >= TONE_MIN_COUNT and abs(sx2[k] / cnt2[k] - fx) >= SLOPE_SPAN
                 and (second_bin < 0 or cnt2[k] > cnt2[second_bin])):
             second_bin = k
     if second_bin < 0:
-        return table, 1.0
+        return table, 1.0, kept
     dx = sx2[second_bin] / cnt2[second_bin] - fx
     dy = sy2[second_bin] / cnt2[second_bin] - sy2[first_bin] / cnt2[first_bin]
-    return table, dy / dx
+    return table, dy / dx, kept
 
 
 SLOPE_SPAN = 24.0  # grey levels: the contrast is read between two areas at least this far apart in x
@@ -228,7 +242,7 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, out):
     """out[i, j]: y's pixel outside x's envelope mapped through `table` and x's mapped pixel outside
     y's envelope, the smaller of the two, beyond tol. Returns how many pixels differ."""
     s = x.shape[0]
-    table, slope = curve
+    table, slope, kept = curve
     # a curve that keeps less than `full` of the contrast (tone_table's slope) shrinks every
     # difference with it, and the tolerance with it; residuals are whole levels, the tolerance
     # is rounded to one (> 12 for 12; a curve keeping 97 % of the contrast is noise, not a change)
@@ -245,15 +259,24 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, out):
             d = min(r1, r2) > t
             o[j] = d
             count += np.int32(d)
+    if full > 0.0 and kept < COLLAPSE:
+        count += COLLAPSED * s * s  # ranked after every reading whose curve keeps the content
     return count
+
+
+COLLAPSE = 0.1  # a curve keeping less of the contrast than this flattens the content: a star field onto
+COLLAPSED = 4  # a plain navy tile is no copy; such a reading counts this many frames more (ranking only)
 
 
 @njit(**_JIT)
 def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     """Pixels that differ beyond tol once the tone curve is applied: fitted on every pixel both
     ways (x's curve onto y, y's onto x), then again both ways on the pixels that matched in the
-    better of the two; the reading with the fewest differing pixels stands (ties: the earlier).
-    The same verdict whichever image comes first. Returns (map, count)."""
+    better of the two; the reading with the fewest differing pixels stands (ties: the earlier),
+    a reading whose curve flattens the content (COLLAPSE) only when every one does. Then, when one
+    edge's strip differs much more densely than the rest or is one flat colour in one image only
+    (a banner), both ways fitted without that strip, standing when less differs outside it. The
+    same verdict whichever image comes first. Returns (map, count)."""
     s = x.shape[0]
     out = np.empty((s, s), np.bool_)
     count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, full, out)
@@ -267,14 +290,122 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
         return out, count
     use = ~out
     for forward in (True, False):
-        again = np.empty((s, s), np.bool_)
-        if forward:
-            c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, use, True), tol, full, again)
-        else:
-            c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, use, True), tol, full, again)
+        again, c = _refit(x, xlo, xhi, y, ylo, yhi, use, forward, tol, full)
         if c < count:
             out, count = again, c
-    return out, count
+    if count == 0:
+        return out, count
+    if count >= COLLAPSED * s * s:
+        return out, _real(count, s)  # every reading flattens the content
+    # A banner over one edge (a caption bar over a sky) can pull the curves: where the bar hides
+    # most of a band of x, that band maps to the bar's colour and the rest of the frame differs
+    # there. Two strips are suspects: the one that differs much more densely than the rest of the
+    # frame, and the one that is one flat colour in one image and not in the other.
+    k = max(1, int(s * STRIP))
+    dense_edge, dense = -1, 0.0
+    flat_edge, gap = -1, 0.0
+    for edge in range(4):
+        n = 0
+        for i in range(s):
+            for j in range(s):
+                if out[i, j] and _in_strip(edge, i, j, s, k):
+                    n += 1
+        inside = n / (k * s)
+        outside = (count - n) / (s * s - k * s)
+        if inside >= STRIP_DENSER * outside and inside > dense:
+            dense_edge, dense = edge, inside
+        fx, fy = _strip_flat(x, edge, k), _strip_flat(y, edge, k)
+        if max(fx, fy) >= STRIP_FLAT and abs(fx - fy) >= STRIP_FLAT_GAP and abs(fx - fy) > gap:
+            flat_edge, gap = edge, abs(fx - fy)
+    for best in (dense_edge, flat_edge):
+        if best >= 0:
+            out, count = _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, best, k)
+    return out, _real(count, s)
+
+
+@njit(**_JIT)
+def _real(count, s):
+    """A reading's count of differing pixels without _residual_map's ranking penalty."""
+    return count - COLLAPSED * s * s if count >= COLLAPSED * s * s else count
+
+
+@njit(**_JIT)
+def _refit(x, xlo, xhi, y, ylo, yhi, mask, forward, tol, full):
+    """One reading with the curve fitted on the pixels `mask` keeps: x's onto y (forward) or y's
+    onto x. Returns (map, count)."""
+    s = x.shape[0]
+    again = np.empty((s, s), np.bool_)
+    if forward:
+        c = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, mask, True), tol, full, again)
+    else:
+        c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, mask, True), tol, full, again)
+    return again, c
+
+
+@njit(**_JIT)
+def _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, edge, k):
+    """The curves fitted both ways without the k-pixel strip along `edge`: the banner differs
+    either way (what pulled the curves was it matching), so a reading stands when less differs
+    outside the strip than in `out`."""
+    s = x.shape[0]
+    keep = np.empty((s, s), np.bool_)
+    fewest = 0  # what `out` has differing outside the strip
+    for i in range(s):
+        for j in range(s):
+            keep[i, j] = not _in_strip(edge, i, j, s, k)
+            fewest += out[i, j] and keep[i, j]
+    found, found_count = out, count
+    for forward in (True, False):
+        again, c = _refit(x, xlo, xhi, y, ylo, yhi, keep, forward, tol, full)
+        if c >= COLLAPSED * s * s:
+            continue  # this curve flattens the content
+        rest = 0
+        for i in range(s):
+            for j in range(s):
+                rest += again[i, j] and keep[i, j]
+        if rest < fewest:
+            found, fewest, found_count = again, rest, c
+    return found, found_count
+
+
+@njit(**_JIT)
+def _strip_flat(x, edge, k):
+    """The largest share of the strip's pixels within STRIP_FLAT_RANGE of one value."""
+    s = x.shape[0]
+    hist = np.zeros(256, np.int32)
+    for i in range(s):
+        for j in range(s):
+            if _in_strip(edge, i, j, s, k):
+                hist[x[i, j]] += 1
+    w = 2 * STRIP_FLAT_RANGE + 1
+    run = 0
+    for v in range(w):
+        run += hist[v]
+    most = run
+    for v in range(w, 256):
+        run += hist[v] - hist[v - w]
+        most = max(most, run)
+    return most / (k * s)
+
+
+STRIP = 0.25  # a banner is looked for in this share of a side at each edge of the frame ...
+STRIP_DENSER = 2.0  # ... when that strip differs this many times as densely as the rest of the frame,
+STRIP_FLAT = 0.6  # ... or when this share of it lies within STRIP_FLAT_RANGE of one value in one image
+STRIP_FLAT_GAP = 0.3  # ... and this share less in the other
+STRIP_FLAT_RANGE = 6
+
+
+@njit(**_JIT)
+def _in_strip(edge, i, j, s, k):
+    """Whether pixel (i, j) of an s-pixel frame lies in the k-pixel strip along edge 0..3 (top,
+    bottom, left, right)."""
+    if edge == 0:
+        return i < k
+    if edge == 1:
+        return i >= s - k
+    if edge == 2:
+        return j < k
+    return j >= s - k
 
 
 @njit(**_JIT)

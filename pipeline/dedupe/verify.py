@@ -25,7 +25,12 @@ batches the pairs over the cores.
    there), the smaller of the two ways: noise, resampling and sub-pixel shifts stay near 0,
    content that one image lacks does not. The curve is fitted both ways (A's onto B, B's onto A),
    then again both ways on the pixels that matched, and the reading with the fewest differing
-   pixels stands: the verdict does not depend on which image comes first. When both images are
+   pixels stands: the verdict does not depend on which image comes first. A luma curve that keeps
+   almost none of A's contrast (a star field mapped onto a plain navy tile) stands only when every
+   reading does. A banner over an edge can pull a curve (a caption bar hiding most of a sky: the
+   sky's greys map to the bar's): when one edge's quarter differs much more densely than the rest,
+   or is one flat colour in one image only, the curves are fitted again without it, and that
+   reading stands when less differs outside the strip. When both images are
    coloured, Cb and Cr are read the same way (each with its own non-decreasing curve, so a
    recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
    tolerance shrinks with the contrast the curve keeps (between the two largest areas of
