@@ -134,11 +134,14 @@ def test_a_batch_on_threads_gives_the_figures_of_one_pair_at_a_time():
     b = np.stack((sigs[1:] + sigs[:1] + crops) * 6)
     aligns = np.tile(np.array(WHOLE, np.float32), (len(a), 1))
     aligns[1::3] = (0.03, 0.97, 0.03, 0.97, 0, 1, 0, 1)
-    batch = _in_chunks(a, b, aligns, DEFAULT_RULE, 128)  # chunks of verify.CHUNK pairs on the threads
+    batch = _in_chunks(a, b, aligns, DEFAULT_RULE, 128, np.arange(len(a)))  # chunks of verify.CHUNK pairs on the threads
+    rows = np.random.default_rng(0).permutation(len(a))  # pairs picked by row inside the threads
+    picked = _in_chunks(a, b, aligns[rows], DEFAULT_RULE, 128, rows)
     for i in range(0, len(a), 7):
         one = identity(a[i:i + 1], b[i:i + 1], aligns[i:i + 1], DEFAULT_RULE)
         for f in ("accepted", "region", "score", "differing", "box", "hidden", "fill", "stray"):
             assert np.array_equal(getattr(one, f)[0], getattr(batch, f)[i]), (i, f)
+            assert np.array_equal(getattr(batch, f)[rows[i]], getattr(picked, f)[i]), (i, f)
 
 
 def test_the_verdict_does_not_depend_on_which_image_comes_first():

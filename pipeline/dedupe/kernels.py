@@ -305,11 +305,11 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     dense_edge, dense = -1, 0.0
     flat_edge, gap = -1, 0.0
     for edge in range(4):
+        i0, i1, j0, j1 = _strip_bounds(edge, s, k)
         n = 0
-        for i in range(s):
-            for j in range(s):
-                if out[i, j] and _in_strip(edge, i, j, s, k):
-                    n += 1
+        for i in range(i0, i1):
+            for j in range(j0, j1):
+                n += out[i, j]
         inside = n / (k * s)
         outside = (count - n) / (s * s - k * s)
         if inside >= STRIP_DENSER * outside and inside > dense:
@@ -372,11 +372,11 @@ def _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, edge, k):
 def _strip_flat(x, edge, k):
     """The largest share of the strip's pixels within STRIP_FLAT_RANGE of one value."""
     s = x.shape[0]
+    i0, i1, j0, j1 = _strip_bounds(edge, s, k)
     hist = np.zeros(256, np.int32)
-    for i in range(s):
-        for j in range(s):
-            if _in_strip(edge, i, j, s, k):
-                hist[x[i, j]] += 1
+    for i in range(i0, i1):
+        for j in range(j0, j1):
+            hist[x[i, j]] += 1
     w = 2 * STRIP_FLAT_RANGE + 1
     run = 0
     for v in range(w):
@@ -393,6 +393,18 @@ STRIP_DENSER = 2.0  # ... when that strip differs this many times as densely as 
 STRIP_FLAT = 0.6  # ... or when this share of it lies within STRIP_FLAT_RANGE of one value in one image
 STRIP_FLAT_GAP = 0.3  # ... and this share less in the other
 STRIP_FLAT_RANGE = 6
+
+
+@njit(**_JIT)
+def _strip_bounds(edge, s, k):
+    """Rows i0..i1 and columns j0..j1 (end exclusive) of the k-pixel strip along edge 0..3."""
+    if edge == 0:
+        return 0, k, 0, s
+    if edge == 1:
+        return s - k, s, 0, s
+    if edge == 2:
+        return 0, s, 0, k
+    return 0, s, s - k, s
 
 
 @njit(**_JIT)

@@ -209,11 +209,12 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     if n == 0:
         z = np.zeros(0, np.float32)
         return Verdict(np.zeros(0, bool), kind, z, z, align, _empty(0), np.zeros(0, bool))
-    figures = _cascade(a, b, align, rule)
+    # pairs are picked from a and b by row inside each chunk's thread (no copy of the whole batch)
+    figures = _cascade(a, b, align, rule, np.arange(n))
     aligned = np.zeros(n, bool)
     todo = np.flatnonzero(~figures.accepted)
     if todo.size:
-        found, ok = _aligned(a[todo], b[todo])
+        found, ok = _aligned(a, b, todo)
         # An alignment is judged with at least the half-pixel envelope (a resampled thumbnail is
         # smoother than one made at its size): under a stricter rule, only a crop of MIN_CROP or more
         # is judged, so that a sub-pixel move cannot loosen the whole frame's verdict.
@@ -223,7 +224,7 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
         aligned[todo[ok]] = True
         if sel.any():
             idx = todo[sel]
-            again = _cascade(a[idx], b[idx], found[sel], rule)
+            again = _cascade(a, b, found[sel], rule, idx)
             # the alignment stands when it is accepted there, or shows more of the content the same
             better = again.accepted | (again.score > figures.score[idx])
             pos = idx[better]
@@ -240,17 +241,19 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned)
 
 
-def _aligned(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted alignment of each pair (kernels.align_pair), and whether the fit held."""
+def _aligned(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fitted alignment of each pair (a[rows[i]], b[rows[i]]) (kernels.align_pair), and
+    whether the fit held."""
     from pipeline.dedupe import kernels
-    la, lb = split_signature(a)[0], split_signature(b)[0]
-    out = np.tile(np.array(WHOLE, np.float64), (len(a), 1))
-    ok = np.zeros(len(a), bool)
+    out = np.tile(np.array(WHOLE, np.float64), (len(rows), 1))
+    ok = np.zeros(len(rows), bool)
 
-    def fit(s: int) -> None:
-        kernels.align_pairs(la[s:s + CHUNK], lb[s:s + CHUNK], out[s:s + CHUNK], ok[s:s + CHUNK])
+    def fit(s: int) -> None:  # a chunk's luma is picked and split off in its own thread
+        r = rows[s:s + CHUNK]
+        la, lb = split_signature(a[r])[0], split_signature(b[r])[0]
+        kernels.align_pairs(la, lb, out[s:s + CHUNK], ok[s:s + CHUNK])
 
-    starts = range(0, len(a), CHUNK)
+    starts = range(0, len(rows), CHUNK)
     list(_threads().map(fit, starts)) if len(starts) > 1 else fit(0)
     return out.astype(np.float32), ok
 
@@ -267,22 +270,23 @@ def _threads() -> ThreadPoolExecutor:
     return _POOL_THREADS
 
 
-def _in_chunks(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, side: int) -> Identity:
-    starts = range(0, len(a), CHUNK)
-    judge = lambda s: identity(a[s:s + CHUNK], b[s:s + CHUNK], aligns[s:s + CHUNK], rule, side)  # noqa: E731
+def _in_chunks(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, side: int, rows: np.ndarray) -> Identity:
+    """`identity` of the pairs (a[rows[i]], b[rows[i]]) at aligns[i], CHUNK pairs per thread."""
+    starts = range(0, len(rows), CHUNK)
+    judge = lambda s: identity(a[rows[s:s + CHUNK]], b[rows[s:s + CHUNK]], aligns[s:s + CHUNK], rule, side)  # noqa: E731
     parts = list(_threads().map(judge, starts)) if len(starts) > 1 else [judge(0)]
     return Identity(*(np.concatenate([getattr(p, f) for p in parts]) for f in Identity.__dataclass_fields__))
 
 
-def _cascade(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule) -> Identity:
+def _cascade(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, rows: np.ndarray) -> Identity:
     """`identity` at 64 px first (a quarter of the pixels); what it accepts is judged again at
     128 px, where the words of a page and the ticks of a chart show. A pair refused at 64 px keeps
     that verdict (what differs there differs at 128 px too)."""
-    first = _in_chunks(a, b, aligns, rule, SIDE)
+    first = _in_chunks(a, b, aligns, rule, SIDE, rows)
     again = np.flatnonzero(first.accepted)
     if again.size == 0:
         return first
-    second = _in_chunks(a[again], b[again], aligns[again], rule, DETAIL_SIDE)
+    second = _in_chunks(a, b, aligns[again], rule, DETAIL_SIDE, rows[again])
     out = {f: getattr(first, f).copy() for f in Identity.__dataclass_fields__}
     for f in Identity.__dataclass_fields__:
         out[f][again] = getattr(second, f)
