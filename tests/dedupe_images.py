@@ -149,6 +149,15 @@ def corner_box(im: Image.Image, size=(200, 30), corner: str = "top-left", text: 
     return out
 
 
+def watermark(im: Image.Image, text: str = "© PhotoStock", at=(0.1, 0.45)) -> Image.Image:
+    """A line of half-transparent white letters with a dark outline, a tenth of the height tall."""
+    layer = Image.new("RGBA", im.size, (0, 0, 0, 0))
+    d = ImageDraw.Draw(layer)
+    d.text((round(im.width * at[0]), round(im.height * at[1])), text, font=font(max(im.height // 10, 12)),
+           fill=(255, 255, 255, 120), stroke_width=2, stroke_fill=(0, 0, 0, 90))
+    return Image.alpha_composite(im.convert("RGBA"), layer).convert("RGB")
+
+
 def blur(im: Image.Image, radius: float = 1.5) -> Image.Image:
     return im.filter(ImageFilter.GaussianBlur(radius))
 

@@ -2,6 +2,8 @@
 look-alikes of one template stay apart), the candidate routes, clusters without chaining, flat
 images."""
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -13,7 +15,7 @@ from pipeline.dedupe.hashing import hash_bytes
 from pipeline.dedupe.verify import DEFAULT_RULE, compare
 
 from tests.dedupe_images import (bar_chart, blur, caption, caption_bar, corner_box, crop, encode, geometry, grey, half,
-                                 photo, pie_chart, signatures, text_page)
+                                 photo, pie_chart, signatures, text_page, watermark)
 
 SAME = 0.97  # an accepted copy: at least this share of the content is the same pixels
 
@@ -96,7 +98,7 @@ def test_a_grey_copy_of_a_chart_and_a_crop_of_a_pie_join():
     assert judge(encode(pie), encode(crop(pie, 0.04), "JPEG", 85))[0] == "crop"
 
 
-@pytest.mark.parametrize("a, b, why", [
+LOOK_ALIKES = [pytest.param(*case, id=case[2]) for case in [
     (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.6, 0.3, 0.7, 0.25, 0.5]), "same chart layout, other values"),
     (bar_chart([0.35, 0.8, 0.55]), bar_chart([0.35, 0.8, 0.55], colour=(200, 120, 30)), "same bars, other colour"),
     (geometry([(240, 40), (60, 320), (420, 300)]), geometry([(300, 60), (80, 300), (400, 320)]), "same template, other triangle"),
@@ -109,13 +111,39 @@ def test_a_grey_copy_of_a_chart_and_a_crop_of_a_pie_join():
     (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.35, 0.8, 0.55, 0.75, 0.2]), "one bar taller"),
     (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.35, 0.8, 0.45, 0.62, 0.2]), "one bar shorter"),
     (photo(11), photo(12), "two photos"),
-])
+]]
+
+
+@pytest.mark.parametrize("a, b, why", LOOK_ALIKES)
 def test_unrelated_look_alikes_are_refused(a, b, why):
     for x, y in ((a, b), (b, a)):
         kind, score, _ = judge(encode(x), encode(y))
         assert kind is None, (why, kind, score)
     kind, score, _ = judge(encode(a), encode(b, "JPEG", 80))
     assert kind is None, (why, "re-encoded", kind, score)
+
+
+BAND = replace(DEFAULT_RULE, band_max=0.15)  # the tuning grid's other value of band_max
+
+
+@pytest.mark.parametrize("make", [lambda: bar_chart([0.3, 0.7, 0.5, 0.9]), lambda: text_page(3)])
+def test_a_watermark_is_an_overlay_when_a_band_needs_no_fill(make):
+    """A line of thin half-transparent letters differs over a fifth of its box: under `band_max` a
+    band a tenth of the frame high and much wider needs no fill, and the watermark is an overlay."""
+    im = make()
+    x, y = (np.frombuffer(hash_bytes(k, v).thumb, np.uint8)[None]
+            for k, v in (("a", encode(im)), ("b", encode(watermark(im, at=(0.05, 0.8)), "JPEG", 90))))
+    v = compare(x, y, rule=BAND)
+    assert v.kind[0] == "overlay" and v.identity.fill[0] < DEFAULT_RULE.fill_min
+    y0, y1, _, _ = v.identity.box[0]
+    assert y1 - y0 <= 3  # cells of 1/16: the band, not the page
+
+
+@pytest.mark.parametrize("a, b, why", [p.values for p in LOOK_ALIKES])
+def test_look_alikes_stay_apart_when_a_band_needs_no_fill(a, b, why):
+    x, y = (np.frombuffer(hash_bytes(k, encode(im)).thumb, np.uint8)[None] for k, im in (("a", a), ("b", b)))
+    for first, second in ((x, y), (y, x)):
+        assert not compare(first, second, rule=BAND).accepted[0], why
 
 
 def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():

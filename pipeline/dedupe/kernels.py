@@ -555,7 +555,7 @@ def _flat_inside(xa, xb, diff, y0, y1, x0, x1):
 
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
-               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, res_f, res_box):
+               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
@@ -654,7 +654,10 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                     db += diff[i, j]
         fill = max(da / max(sa, 1), db / max(sb, 1))
         flat, edges = _flat_inside(xa, xb, diff, ty0, ty1, tx0, tx1)
-    covers = hidden <= hidden_small or fill >= fill_min
+    # a line of text laid over the picture (a watermark) differs over little of its box: a band at
+    # most band_max of the side high and at least twice as wide needs no fill
+    band = any_cell and ty1 - ty0 <= band_max * side and tx1 - tx0 >= 2 * (ty1 - ty0)
+    covers = hidden <= hidden_small or fill >= fill_min or band
     overlay = (any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
                and (flat <= flat_max or edges >= edges_min))
     res_f[0] = (not any_cell) or overlay
@@ -668,14 +671,14 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
-    flat_max, edges_min, contrast_full) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 12 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
-        raise ValueError("judge_pairs: params (12), res_f (pairs, 10) and res_box (pairs, 4) are required")
+    flat_max, edges_min, contrast_full, band_max) with shift in pixels (quarters of one)."""
+    if params.shape[0] != 13 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (13), res_f (pairs, 10) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
                    int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
-                   params[10], params[11], res_f[k], res_box[k])
+                   params[10], params[11], params[12], res_f[k], res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------
@@ -1011,7 +1014,7 @@ def warm() -> None:
     lb[0, 40:50, 40:50] = 30
     c = np.full((1, 32, 32), 128, np.uint8)
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
-    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.65, 0.5, 0.9, 1.0, 1.0])
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0])
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))

@@ -45,7 +45,9 @@ batches the pairs over the cores.
                   at most `hidden_max` of the *content* (pixels that are not the plain background
                   the border shows; all of a photo), outside it at most `stray_max` of the frame
                   differs, a group hiding more than `hidden_small` of the content differs
-                  over at least `fill_min` of what it covers, and its interior is not flat in
+                  over at least `fill_min` of what it covers (unless it is a band at most
+                  `band_max` of the side high and twice as wide: a line of text laid over
+                  the picture, a watermark, differs over little of its box), and its interior is not flat in
                   both images over more than `flat_max` (unless `edges_min` of the frame inside
                   its box is not flat): one colour there in one image and another in the other
                   is a bar grown or a slice turned, not a caption, a box or a logo put over the
@@ -111,6 +113,7 @@ class Rule:
     flat_max: float = 0.9  # an overlay's interior may be flat in both images over at most this share ...
     edges_min: float = 1.0  # ... unless what is not flat there (text, edges) covers this share of the frame
     contrast_full: float = 1.0  # a tone curve keeping less of the contrast than this shrinks the tolerances with it
+    band_max: float = 0.0  # a region at most this share of the side high, twice as wide, needs no fill (0: off)
 
 
 DEFAULT_RULE = Rule()
@@ -120,10 +123,10 @@ def tuning_grid() -> list[Rule]:
     """The rules the benchmark chooses from (the default among them)."""
     base = DEFAULT_RULE
     out = []
-    for shift, luma_tol, fill_min, stray_max, flat_max, edges_min, contrast_full in itertools.product(
-            (0.25, 0.5), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0), (0.8, 1.0)):
+    for shift, luma_tol, fill_min, stray_max, flat_max, edges_min, contrast_full, band_max in itertools.product(
+            (0.25, 0.5), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0), (0.8, 1.0), (0.0, 0.15)):
         out.append(replace(base, shift=shift, luma_tol=luma_tol, fill_min=fill_min, stray_max=stray_max,
-                           flat_max=flat_max, edges_min=edges_min, contrast_full=contrast_full))
+                           flat_max=flat_max, edges_min=edges_min, contrast_full=contrast_full, band_max=band_max))
     return out
 
 
@@ -174,7 +177,7 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     lb, cbb, crb = split_signature(b)
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
-                       rule.edges_min, rule.contrast_full], np.float64)
+                       rule.edges_min, rule.contrast_full, rule.band_max], np.float64)
     f = np.zeros((n, 10), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
