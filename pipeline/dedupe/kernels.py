@@ -259,7 +259,7 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, out):
             d = min(r1, r2) > t
             o[j] = d
             count += np.int32(d)
-    if full > 0.0 and kept < COLLAPSE:
+    if full > 0.0 and min(slope, kept) < COLLAPSE:  # between its two largest bins, or across x's range
         count += COLLAPSED * s * s  # ranked after every reading whose curve keeps the content
     return count
 
@@ -273,7 +273,8 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     """Pixels that differ beyond tol once the tone curve is applied: fitted on every pixel both
     ways (x's curve onto y, y's onto x), then again both ways on the pixels that matched in the
     better of the two; the reading with the fewest differing pixels stands (ties: the earlier),
-    a reading whose curve flattens the content (COLLAPSE) only when every one does. Then, when one
+    a reading whose curve flattens the content (COLLAPSE) never (when every one does, the two are
+    not one picture: every pixel differs). Then, when one
     edge's strip differs much more densely than the rest or is one flat colour in one image only
     (a banner), both ways fitted without that strip, standing when less differs outside it. The
     same verdict whichever image comes first. Returns (map, count)."""
@@ -295,8 +296,9 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
             out, count = again, c
     if count == 0:
         return out, count
-    if count >= COLLAPSED * s * s:
-        return out, _real(count, s)  # every reading flattens the content
+    if count >= COLLAPSED * s * s:  # every curve, either way, flattens the content: not one picture
+        out[:, :] = True
+        return out, s * s
     # A banner over one edge (a caption bar over a sky) can pull the curves: where the bar hides
     # most of a band of x, that band maps to the bar's colour and the rest of the frame differs
     # there. Two strips are suspects: the one that differs much more densely than the rest of the
@@ -320,13 +322,7 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     for best in (dense_edge, flat_edge):
         if best >= 0:
             out, count = _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, best, k)
-    return out, _real(count, s)
-
-
-@njit(**_JIT)
-def _real(count, s):
-    """A reading's count of differing pixels without _residual_map's ranking penalty."""
-    return count - COLLAPSED * s * s if count >= COLLAPSED * s * s else count
+    return out, count
 
 
 @njit(**_JIT)
@@ -555,7 +551,7 @@ def _flat_inside(xa, xb, diff, y0, y1, x0, x1):
 
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
-               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, res_f, res_box):
+               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, banner, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
@@ -658,8 +654,12 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     # most band_max of the side high and at least twice as wide needs no fill
     band = any_cell and ty1 - ty0 <= band_max * side and tx1 - tx0 >= 2 * (ty1 - ty0)
     covers = hidden <= hidden_small or fill >= fill_min or band
+    # a banner (the region spans the frame's width at its top or bottom, or its height at a side)
+    # is put over the picture, never a bar grown or a slice turned: when `banner`, it may be flat
+    y0, y1, x0, x1 = res_box[0], res_box[1], res_box[2], res_box[3]
+    across = (x0 == 0 and x1 == CELLS and (y0 == 0 or y1 == CELLS)) or (y0 == 0 and y1 == CELLS and (x0 == 0 or x1 == CELLS))
     overlay = (any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
-               and (flat <= flat_max or edges >= edges_min))
+               and (flat <= flat_max or edges >= edges_min or (banner and across)))
     res_f[0] = (not any_cell) or overlay
     res_f[1] = overlay
     res_f[2] = min(1.0, max(0.0, 1.0 - (content_px - same_px) / max(content_px, 1)))
@@ -671,14 +671,14 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
-    flat_max, edges_min, contrast_full, band_max) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 13 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
-        raise ValueError("judge_pairs: params (13), res_f (pairs, 10) and res_box (pairs, 4) are required")
+    flat_max, edges_min, contrast_full, band_max, banner) with shift in pixels (quarters of one)."""
+    if params.shape[0] != 14 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (14), res_f (pairs, 10) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
                    int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
-                   params[10], params[11], params[12], res_f[k], res_box[k])
+                   params[10], params[11], params[12], params[13] > 0, res_f[k], res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------
@@ -1014,7 +1014,7 @@ def warm() -> None:
     lb[0, 40:50, 40:50] = 30
     c = np.full((1, 32, 32), 128, np.uint8)
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
-    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0])
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0])
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))

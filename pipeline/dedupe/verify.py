@@ -26,8 +26,8 @@ batches the pairs over the cores.
    content that one image lacks does not. The curve is fitted both ways (A's onto B, B's onto A),
    then again both ways on the pixels that matched, and the reading with the fewest differing
    pixels stands: the verdict does not depend on which image comes first. A luma curve that keeps
-   almost none of A's contrast (a star field mapped onto a plain navy tile) stands only when every
-   reading does. A banner over an edge can pull a curve (a caption bar hiding most of a sky: the
+   almost none of A's contrast (a star field mapped onto a plain navy tile) does not stand; when
+   every reading, either way, flattens the content, the two are not one picture. A banner over an edge can pull a curve (a caption bar hiding most of a sky: the
    sky's greys map to the bar's): when one edge's quarter differs much more densely than the rest,
    or is one flat colour in one image only, the curves are fitted again without it, and that
    reading stands when less differs outside the strip. When both images are
@@ -49,9 +49,10 @@ batches the pairs over the cores.
                   `band_max` of the side high and twice as wide: a line of text laid over
                   the picture, a watermark, differs over little of its box), and its interior is not flat in
                   both images over more than `flat_max` (unless `edges_min` of the frame inside
-                  its box is not flat): one colour there in one image and another in the other
-                  is a bar grown or a slice turned, not a caption, a box or a logo put over the
-                  picture                                                -> overlay
+                  its box is not flat, or, when `banner`, it spans the frame's width at its top
+                  or bottom): one colour there in one image and another in the other is a bar
+                  grown or a slice turned, not a caption, a box or a logo put over the picture;
+                  a banner across an edge is put over it, never grown    -> overlay
        otherwise  refused: a look-alike differs in scattered places across its content (bars of
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
@@ -114,6 +115,7 @@ class Rule:
     edges_min: float = 1.0  # ... unless what is not flat there (text, edges) covers this share of the frame
     contrast_full: float = 1.0  # a tone curve keeping less of the contrast than this shrinks the tolerances with it
     band_max: float = 0.0  # a region at most this share of the side high, twice as wide, needs no fill (0: off)
+    banner: bool = True  # a region across the frame's width at its top or bottom (or its height at a side) may be flat
 
 
 DEFAULT_RULE = Rule()
@@ -123,9 +125,9 @@ def tuning_grid() -> list[Rule]:
     """The rules the benchmark chooses from (the default among them)."""
     base = DEFAULT_RULE
     out = []
-    for shift, luma_tol, fill_min, stray_max, flat_max, edges_min, contrast_full, band_max in itertools.product(
-            (0.25, 0.5), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0), (0.8, 1.0), (0.0, 0.15)):
-        out.append(replace(base, shift=shift, luma_tol=luma_tol, fill_min=fill_min, stray_max=stray_max,
+    for banner, luma_tol, fill_min, stray_max, flat_max, edges_min, contrast_full, band_max in itertools.product(
+            (False, True), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0), (0.8, 1.0), (0.0, 0.15)):
+        out.append(replace(base, banner=banner, luma_tol=luma_tol, fill_min=fill_min, stray_max=stray_max,
                            flat_max=flat_max, edges_min=edges_min, contrast_full=contrast_full, band_max=band_max))
     return out
 
@@ -177,7 +179,7 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     lb, cbb, crb = split_signature(b)
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
-                       rule.edges_min, rule.contrast_full, rule.band_max], np.float64)
+                       rule.edges_min, rule.contrast_full, rule.band_max, float(rule.banner)], np.float64)
     f = np.zeros((n, 10), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)

@@ -21,9 +21,11 @@ copies per edit per half).
 The rule is chosen on the tuning halves only: each half is hashed once
 (pipeline.dedupe.hashing.hash_files) and the engine (pipeline.dedupe.folder.dedupe_folder) is run
 on the tuning halves with every rule of pipeline.dedupe.verify.tuning_grid(). Among the rules with
-precision >= MIN_PRECISION on both tuning halves (figures and photos), the chosen rule is the one
-closest to verify.DEFAULT_RULE of those whose mean F1 over the halves is within F1_MARGIN (about one
-standard error of a half's F1) of the best (the one-standard-error rule). Then both halves are
+precision >= MIN_PRECISION on both tuning halves (figures and photos), only those whose mean F1 over
+the halves is within F1_MARGIN (about one standard error of a half's F1) of the best compete (the
+one-standard-error rule): of those at least as good as verify.DEFAULT_RULE in every half's
+precision and recall, and better in one, the best mean F1; when there is none, the one closest to
+DEFAULT_RULE (a difference within the noise is no reason to move). Then both halves are
 reported for the chosen rule and for DEFAULT_RULE, and the run says whether the default is the rule
 the tuning halves chose (it should be: the shipped default is meant to be that rule).
 
@@ -329,6 +331,12 @@ def _grid_job(job: tuple[int, int]) -> tuple[int, int, dict, float]:
     return i, k, score_pairs(cluster_pairs(rows), _TUNING[k].files), seconds - _TUNING[k].hash_seconds
 
 
+def _dominates(these: list[dict], those: list[dict]) -> bool:
+    """At least as good in every half's precision and recall, and better in one."""
+    pairs = [(a[m], b[m]) for a, b in zip(these, those) for m in ("precision", "recall")]
+    return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
+
+
 def choose(grid: list, default, tuning: list[Half], jobs: int) -> tuple[object, dict, str]:
     """Runs every rule on the tuning halves (in `jobs` processes); returns (chosen rule,
     rule -> [score per half], how)."""
@@ -358,13 +366,22 @@ def choose(grid: list, default, tuning: list[Half], jobs: int) -> tuple[object, 
     mean_f1 = {i: sum(s["f1"] for s in ss) / len(ss) for i, ss in scores.items()}
     ok = [i for i, ss in scores.items() if all(s["precision"] >= MIN_PRECISION for s in ss)]
     if ok:
-        # the one-standard-error rule: among the rules within F1_MARGIN of the best mean F1, the one
-        # closest to the default (a difference smaller than the measure's noise is no reason to move)
+        # the one-standard-error rule: a difference in mean F1 smaller than the measure's noise is no
+        # reason to move; among the rules within F1_MARGIN of the best, those at least as good as the
+        # default in every half's precision and recall (and better somewhere) compete on mean F1,
+        # and when there is none the one closest to the default stands
         top = max(mean_f1[i] for i in ok)
         near = [i for i in ok if mean_f1[i] >= top - F1_MARGIN]
-        best = min(near, key=lambda i: (distance_to(grid[i], default), -mean_f1[i]))
+        base = next((i for i in near if grid[i] == default), None)
+        better = [i for i in near if base is not None and i != base and _dominates(scores[i], scores[base])]
+        if better:
+            best = max(better, key=lambda i: (round(mean_f1[i], 6), tuple(-x for x in distance_to(grid[i], default))))
+            pick = "the best mean F1 of those at least as good as DEFAULT_RULE in every half's precision and recall"
+        else:
+            best = min(near, key=lambda i: (distance_to(grid[i], default), -mean_f1[i]))
+            pick = "none is at least as good as DEFAULT_RULE everywhere: the closest to it"
         how = (f"of the {len(ok)} of {len(grid)} rules with precision >= {MIN_PRECISION} on every tuning half, the "
-               f"{len(near)} within {F1_MARGIN} of the best mean F1 ({top:.3f}); of those, the closest to DEFAULT_RULE")
+               f"{len(near)} within {F1_MARGIN} of the best mean F1 ({top:.3f}); of those, {pick}")
     else:
         best = max(scores, key=lambda i: (min(s["precision"] for s in scores[i]), round(mean_f1[i], 6),
                                           tuple(-x for x in distance_to(grid[i], default))))
