@@ -27,12 +27,12 @@ batches the pairs over the cores.
    then again both ways on the pixels that matched, and the reading with the fewest differing
    pixels stands: the verdict does not depend on which image comes first. A luma curve that keeps
    almost none of A's contrast (a star field mapped onto a plain navy tile) does not stand; when
-   every reading, either way, flattens the content, the two are not one picture. A banner over an edge can pull a curve (a caption bar hiding most of a sky: the
-   sky's greys map to the bar's): when one edge's quarter differs much more densely than the rest,
-   or is one flat colour in one image only, the curves are fitted again without it, and that
-   reading stands when less differs outside the strip. When both images are
-   coloured, Cb and Cr are read the same way (each with its own non-decreasing curve, so a
-   recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
+   every reading, either way, flattens the content, the two are not one picture. A banner over an
+   edge can pull a curve (a caption bar hiding most of a sky: the sky's greys map to the bar's):
+   when one edge's quarter differs much more densely than the rest, or is one flat colour in one
+   image only, the curves are fitted again without it, and that reading stands when less differs
+   outside the strip. When both images are coloured, Cb and Cr are read the same way (each with
+   its own non-decreasing curve, so a recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
    tolerance shrinks with the contrast the curve keeps (between the two largest areas of
    distinct grey; rounded to whole levels) when it keeps less than `contrast_full` of it, down
    to half: a brightened copy that clips pale bars from 225 to 245 shrinks every difference to a
@@ -47,8 +47,8 @@ batches the pairs over the cores.
                   differs, a group hiding more than `hidden_small` of the content differs
                   over at least `fill_min` of what it covers (unless it is a band at most
                   `band_max` of the side high and twice as wide: a line of text laid over
-                  the picture, a watermark, differs over little of its box), and its interior is not flat in
-                  both images over more than `flat_max` (unless `edges_min` of the frame inside
+                  the picture, a watermark, differs over little of its box), and its interior
+                  is not flat in both images over more than `flat_max` (unless `edges_min` of the frame inside
                   its box is not flat, or, when `banner`, it spans the frame's width at its top
                   or bottom): one colour there in one image and another in the other is a bar
                   grown or a slice turned, not a caption, a box or a logo put over the picture;
