@@ -274,10 +274,10 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     ways (x's curve onto y, y's onto x), then again both ways on the pixels that matched in the
     better of the two; the reading with the fewest differing pixels stands (ties: the earlier),
     a reading whose curve flattens the content (COLLAPSE) never (when every one does, the two are
-    not one picture: every pixel differs). Then, when one
-    edge's strip differs much more densely than the rest or is one flat colour in one image only
-    (a banner), both ways fitted without that strip, standing when less differs outside it. The
-    same verdict whichever image comes first. Returns (map, count)."""
+    not one picture: every pixel differs). Then, when one edge's strip differs much more densely
+    than the rest or is one flat colour in one image only (a banner), both ways fitted without
+    that strip, standing when less differs outside it. The same verdict whichever image comes
+    first. Returns (map, count)."""
     s = x.shape[0]
     out = np.empty((s, s), np.bool_)
     count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, full, out)
@@ -344,11 +344,12 @@ def _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, edge, k):
     either way (what pulled the curves was it matching), so a reading stands when less differs
     outside the strip than in `out`."""
     s = x.shape[0]
-    keep = np.empty((s, s), np.bool_)
+    keep = np.ones((s, s), np.bool_)
+    i0, i1, j0, j1 = _strip_bounds(edge, s, k)
+    keep[i0:i1, j0:j1] = False
     fewest = 0  # what `out` has differing outside the strip
     for i in range(s):
         for j in range(s):
-            keep[i, j] = not _in_strip(edge, i, j, s, k)
             fewest += out[i, j] and keep[i, j]
     found, found_count = out, count
     for forward in (True, False):
@@ -401,19 +402,6 @@ def _strip_bounds(edge, s, k):
     if edge == 2:
         return 0, s, 0, k
     return 0, s, s - k, s
-
-
-@njit(**_JIT)
-def _in_strip(edge, i, j, s, k):
-    """Whether pixel (i, j) of an s-pixel frame lies in the k-pixel strip along edge 0..3 (top,
-    bottom, left, right)."""
-    if edge == 0:
-        return i < k
-    if edge == 1:
-        return i >= s - k
-    if edge == 2:
-        return j < k
-    return j >= s - k
 
 
 @njit(**_JIT)
