@@ -543,7 +543,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
-    if side != la.shape[0]:
+    while la.shape[0] > side:
         la, lb = reduce2(la), reduce2(lb)
     xa = warp(la, al[0], al[1], al[2], al[3])
     xb = warp(lb, al[4], al[5], al[6], al[7])
@@ -553,26 +553,45 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     alo, ahi = envelope(xa, quarters)
     blo, bhi = envelope(xb, quarters)
     diff, _ = differs(xa, alo, ahi, xb, blo, bhi, luma_tol, full)
-    ba, ca = _coloured(cba, cra)
-    bb, cb = _coloured(cbb, crb)
-    if (ba and bb) or (ca and cb):
-        cs = cba.shape[0]
-        up = side // cs
-        for pa, pb in ((cba, cbb), (cra, crb)):
-            ya = warp(pa, al[0], al[1], al[2], al[3])
-            yb = warp(pb, al[4], al[5], al[6], al[7])
-            yalo, yahi = envelope(ya, quarters)
-            yblo, ybhi = envelope(yb, quarters)
-            cd, n = differs(ya, yalo, yahi, yb, yblo, ybhi, chroma_tol, 0.0)  # the luma reads the contrast
-            if n:
-                for i in range(side):
-                    for j in range(side):
-                        if cd[i // up, j // up]:
-                            diff[i, j] = True
     if quarters == 2:
         bga, bgb = background(xa, alo, ahi), background(xb, blo, bhi)
     else:
         bga, bgb = background(xa, *envelope(xa, 2)), background(xb, *envelope(xb, 2))
+    _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
+            flat_max, edges_min, band_max, banner, res_f, res_box)
+    ba, ca = _coloured(cba, cra)
+    bb, cb = _coloured(cbb, crb)
+    # Colour only adds differing pixels: a pair whose luma already differs over too large a region,
+    # too much of the content or in too many stray places stays refused without it (the colour
+    # planes cost as much again); otherwise the decision is taken again on both.
+    if not ((ba and bb) or (ca and cb)):
+        return
+    if res_f[0] == 0 and (res_f[4] > region_max or res_f[5] > hidden_max or res_f[7] > stray_max):
+        return
+    cs = cba.shape[0]
+    up = side // cs
+    added = False
+    for pa, pb in ((cba, cbb), (cra, crb)):
+        ya = warp(pa, al[0], al[1], al[2], al[3])
+        yb = warp(pb, al[4], al[5], al[6], al[7])
+        yalo, yahi = envelope(ya, quarters)
+        yblo, ybhi = envelope(yb, quarters)
+        cd, n = differs(ya, yalo, yahi, yb, yblo, ybhi, chroma_tol, 0.0)  # the luma reads the contrast
+        if n:
+            for i in range(side):
+                for j in range(side):
+                    if cd[i // up, j // up] and not diff[i, j]:
+                        diff[i, j] = True
+                        added = True
+    if added:
+        _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
+                flat_max, edges_min, band_max, banner, res_f, res_box)
+
+
+@njit(**_JIT)
+def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
+            flat_max, edges_min, band_max, banner, res_f, res_box):
+    """The verdict on a residual map (verify.py's module docstring, step 3) into res_f and res_box."""
     cpx = side // CELLS
     cell_min = max(1, -(-cell_min_64 * cpx * cpx // 64))
     counts = np.zeros((CELLS, CELLS), np.int32)

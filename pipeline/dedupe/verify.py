@@ -32,7 +32,10 @@ batches the pairs over the cores.
    when one edge's quarter differs much more densely than the rest, or is one flat colour in one
    image only, the curves are fitted again without it, and that reading stands when less differs
    outside the strip. When both images are coloured, Cb and Cr are read the same way (each with
-   its own non-decreasing curve, so a recolouring is not one). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
+   its own non-decreasing curve, so a recolouring is not one) and their differing pixels join the
+   luma's; they are read only when the luma's own map leaves the pair in doubt (a pair whose luma
+   already differs over too large a region, too much of the content or in too many stray places
+   is refused without them: colour only adds differing pixels). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
    tolerance shrinks with the contrast the curve keeps (between the two largest areas of
    distinct grey; rounded to whole levels) when it keeps less than `contrast_full` of it, down
    to half: a brightened copy that clips pale bars from 225 to 245 shrinks every difference to a
