@@ -14,7 +14,7 @@ from pipeline.dedupe.decisions import (
 from pipeline.review.overrides import OverridesError, unusable_overrides
 from pipeline.dedupe.engine import ENGINE_VERSION
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import Staged, write_staged, write_staged_stream
+from pipeline.staging import Staged, read_staged, write_staged, write_staged_stream, write_text_atomic
 from pipeline.stopping import stop_point
 
 from assets.common import bars, md, plain_counts, preview, reuse_or_run, staging_key
@@ -50,7 +50,8 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
 
 
 # 5: the output carries the digest of the decisions it applied (Staged.fingerprint).
-@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="5")
+# 6: and the decisions it read, for record_contamination (Staged.internal["overrides"]).
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="6")
 def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, image_hashes: Staged) -> dg.Output[Staged]:
     """Candidate pairs from the exact multi-index search (pHash, crop and top/bottom region hashes
     within the radius), each verified on the thumbnails (near | crop | overlay, with a score);
@@ -109,9 +110,96 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
             "contamination_preview": preview(contamination),
             "overrides": md(_overrides_md(overrides, applied)),
         }
-        return Staged(tables=write_staged(out, tables), fingerprint=fingerprint), metadata
+        # The decisions as read here, handed on to record_contamination (text leaks): never read twice.
+        decisions = out / "internal" / "overrides.json"
+        write_text_atomic(decisions, overrides.to_json())
+        return Staged(tables=write_staged(out, tables), internal={"overrides": str(decisions)},
+                      fingerprint=fingerprint), metadata
 
     return reuse_or_run(context, out, compute)
+
+
+# The asset of each dataset whose staged tables hold its records (their texts and images).
+RECORD_ASSETS = {d.name: d.record_asset for d in datasets.DATASETS if d.record_asset}
+
+
+@dg.asset(group_name=GROUP, kinds={"duckdb", "parquet"}, code_version="1",
+          ins={name: dg.AssetIn(name) for name in ("image_dedupe", *dict.fromkeys(RECORD_ASSETS.values()))})
+def record_contamination(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, **inputs: Staged) -> dg.Output[Staged]:
+    """Every train record against every eval record, by text, by image, or both
+    (pipeline/decontam): each dataset's identifying text (its `record_text`) normalised and matched
+    by word n-grams, stock text left out; image `contamination` brought to the records that use the
+    pictures (`record_images`). One row per pair of records: `record_contamination` (leak text |
+    image | full). The same item in two eval sets goes to `eval_overlap`: reported, never removed.
+    Reviewers' text `not_leak` decisions (as image_dedupe read them) drop a text link."""
+    from pipeline.decontam.records import (
+        EVAL_OVERLAP_SCHEMA, RECORD_CONTAMINATION_SCHEMA, dataset_records, eval_image_links, eval_overlap,
+        image_links, record_contamination as joined,
+    )
+    from pipeline.decontam.text import RECORD_TEXT_SCHEMA, text_leaks
+
+    settings = rewardhouse.settings()
+    match = settings.text_match()
+    dedupe = inputs["image_dedupe"]
+    records = {name: inputs[asset] for name, asset in RECORD_ASSETS.items()}
+    key = staging_key(None, {"d": dedupe.tables, "o": dedupe.internal.get("overrides"),
+                             "r": {n: [r.tables, r.internal] for n, r in records.items()},
+                             "match": repr(match)}, context)
+    out = rewardhouse.layout().staging / "record_contamination" / key
+
+    def compute():
+        texts, images = {}, []
+        for spec in datasets.DATASETS:
+            if spec.name in records:
+                staged = records[spec.name]
+                texts[spec.name], imgs = dataset_records(spec.name, spec.record_text, spec.record_images,
+                                                         {**staged.tables, **staged.internal})
+                images.append(imgs)
+        images = pa.concat_tables(images) if images else None
+        staged = read_staged({n: dedupe.tables[n] for n in ("contamination", "duplicate_clusters")})
+
+        def side(names) -> pa.Table:
+            parts = [texts[n] for n in names if n in texts]
+            return pa.concat_tables(parts) if parts else RECORD_TEXT_SCHEMA.empty_table()
+
+        start = time.perf_counter()
+        text = text_leaks(side(datasets.train_sets()), side(datasets.eval_sets()), match)
+        leaks = joined(text, image_links(staged["contamination"], images))
+        leaks, effects = _text_decisions(leaks, dedupe.internal.get("overrides"))
+        evals = datasets.eval_sets()
+        between = [text_leaks(side([a]), side([b]), match) for i, a in enumerate(evals) for b in evals[i + 1:]]
+        overlap = eval_overlap(pa.concat_tables(between) if between else text.schema.empty_table(),
+                               eval_image_links(staged["duplicate_clusters"], images, evals))
+        seconds = time.perf_counter() - start
+        tables = {"record_contamination": leaks.cast(RECORD_CONTAMINATION_SCHEMA),
+                  "eval_overlap": overlap.cast(EVAL_OVERLAP_SCHEMA), "leak_overrides": effects}
+        counts = leaks.group_by(["eval_dataset", "leak"]).aggregate([("train_key", "count")]).to_pylist()
+        n_texts = {name: t.num_rows for name, t in texts.items()}
+        metadata = {
+            **plain_counts(tables),
+            **{f"texts_{name}": n for name, n in n_texts.items()},
+            **{f"leaks_{c['eval_dataset']}_{c['leak']}": c["train_key_count"] for c in counts},
+            "match_seconds": round(seconds, 3),
+            "text_match": repr(match),
+            "preview": preview(leaks, columns=["train_dataset", "train_key", "eval_dataset", "eval_key", "leak",
+                                               "text_overlap", "image_kind", "matched_text"]),
+        }
+        return Staged(tables=write_staged(out, tables)), metadata
+
+    return reuse_or_run(context, out, compute)
+
+
+def _text_decisions(leaks: pa.Table, decisions_file: str | None) -> tuple[pa.Table, pa.Table]:
+    """The reviewers' text `not_leak` decisions, as image_dedupe read them, applied to the leaks."""
+    from pipeline.decontam.overrides import apply_text_not_leak
+    from pipeline.review.overrides import Overrides, parse
+
+    if decisions_file is None:
+        overrides = Overrides()
+    else:
+        with open(decisions_file, encoding="utf-8") as f:
+            overrides = parse(f.read(), decisions_file)
+    return apply_text_not_leak(leaks, overrides)
 
 
 OVERRIDES_SHOWN = 50  # rows of the metadata table; `dedupe_overrides` and the review page hold them all

@@ -45,7 +45,8 @@ def collect_tables(staged: list[Staged]) -> dict[str, pa.Table]:
 # The candidate's inputs, from the registry: every dataset's raw snapshot and staged outputs, then
 # the shared dedupe outputs.
 RAW_INPUTS = {d.name: d.raw_asset for d in datasets.DATASETS}
-STAGED_INPUTS = tuple(dict.fromkeys([a for d in datasets.DATASETS for a in d.staged_assets] + ["image_hashes", "image_dedupe"]))
+STAGED_INPUTS = tuple(dict.fromkeys([a for d in datasets.DATASETS for a in d.staged_assets]
+                                    + ["image_hashes", "image_dedupe", "record_contamination"]))
 EXPORTS = {d.name: d.export_asset for d in datasets.DATASETS if d.export_asset}
 
 

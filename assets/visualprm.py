@@ -14,7 +14,9 @@ from pipeline.visualprm.source import fetch_visualprm
 from pipeline.visualprm.source import image_roots, prm_image_root, prm_image_zips, prm_jsonl_files, prm_parquet_files
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import Export, Staged, read_staged, write_staged
-from pipeline.dedupe.decisions import contaminated_by, hashes_table, mark_samples
+from pipeline import datasets
+from pipeline.decontam.records import excluded_reason, removed_by_leak, sample_leaks
+from pipeline.dedupe.decisions import hashes_table, mark_samples
 from pipeline.visualprm.export import build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
 from pipeline.dedupe.ray_executor import RayUnavailable
@@ -174,41 +176,51 @@ def visualprm_export(
     visualprm_samples: Staged,
     visualprm_images: Staged,
     image_dedupe: Staged,
+    record_contamination: Staged,
 ) -> dg.Output[Export]:
-    """prm_samples with their dedupe marks (duplicate rollout, contaminated by an eval image), and
-    the InternVL training files: `visualprm_train.jsonl` + `.parquet` (+ meta at publish time).
-    Duplicates and contaminated samples are left out unless a setting keeps them; samples whose
-    images cannot be loaded are left out with a quarantine row."""
+    """prm_samples with their dedupe marks (duplicate rollout; `leak`: the sample copies an eval
+    record by its question, its picture or both, from record_contamination) and why a sample is
+    out of the export, and the InternVL training files: `visualprm_train.jsonl` + `.parquet` (+ meta
+    at publish time). Duplicates and every leak class are left out unless a setting keeps them;
+    samples whose images cannot be loaded are left out with a quarantine row."""
     layout, settings = rewardhouse.layout(), rewardhouse.settings()
+    kept = settings.kept_leaks
     key = staging_key(None, {"s": visualprm_samples.internal, "i": visualprm_images.tables,
-                             "d": image_dedupe.tables, "keep": [settings.export_keep_duplicates, settings.export_keep_contaminated]},
+                             "d": image_dedupe.tables, "l": record_contamination.tables,
+                             "keep": [settings.export_keep_duplicates, sorted(kept)]},
                       context)
     out = layout.staging / "visualprm_export" / key
 
     def compute():
         staged = read_staged({**visualprm_samples.internal, **visualprm_samples.tables,
-                              **visualprm_images.tables, **image_dedupe.tables})
+                              **visualprm_images.tables, **image_dedupe.tables,
+                              "record_contamination": record_contamination.tables["record_contamination"]})
+        leaks = staged["record_contamination"]
         samples = mark_samples(staged["prm_samples"], staged["prm_steps"], staged["prm_images"],
                                staged["duplicate_clusters"], staged["contamination"])
+        marks = sample_leaks(samples, "sample_id", leaks, DATASET, kept)
+        samples = samples.set_column(samples.schema.get_field_index("is_contaminated"), "is_contaminated",
+                                     pc.is_valid(marks["leak"]))
+        samples = samples.append_column("leak", marks["leak"]).append_column("leaked_from", marks["leaked_from"])
         drop_duplicate = pc.and_(samples["is_duplicate"], pa.scalar(not settings.export_keep_duplicates))
-        drop_contaminated = pc.and_(samples["is_contaminated"], pa.scalar(not settings.export_keep_contaminated))
+        drop_contaminated = marks["leak_removed"]
         keep = pc.invert(pc.or_(drop_duplicate, drop_contaminated))
         removed = {  # a sample may be both a duplicate and contaminated: dedupe_total counts it once
             "duplicate": pc.sum(drop_duplicate).as_py() or 0,
             "contaminated": pc.sum(drop_contaminated).as_py() or 0,
             "dedupe_total": samples.num_rows - (pc.sum(keep).as_py() or 0),
         }
-        # Per eval set: the samples left out because they copy an image of that set (a sample
-        # that copies two eval sets counts in both; `contaminated` counts it once).
-        dropped = drop_contaminated.to_numpy(zero_copy_only=False)
-        removed["contaminated_by"] = {ev: int((mask & dropped).sum())
-                                      for ev, mask in contaminated_by(samples, staged["contamination"], DATASET).items()}
+        # Per eval set and per leak class: the samples left out because they copy a record of that
+        # set (a sample that copies two eval sets counts in both; `contaminated` counts it once).
+        removed["contaminated_by"], removed["leaks"] = removed_by_leak(leaks, DATASET, kept, datasets.eval_sets())
         result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
         removed["image_unavailable"] = len(result.excluded)
         removed["unresolved_by_source"] = result.unresolved_by_source
         excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
-        in_export = pc.and_(keep, pc.invert(pc.is_in(samples["sample_id"], value_set=excluded_ids)))
+        unavailable = pc.is_in(samples["sample_id"], value_set=excluded_ids)
+        in_export = pc.and_(keep, pc.invert(unavailable))
         samples = samples.append_column("in_export", in_export)
+        samples = samples.append_column("excluded_reason", excluded_reason(samples, drop_duplicate, drop_contaminated, unavailable))
         value = Export(
             tables=write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)}),
             exports={f"exports/{result.jsonl.name}": str(result.jsonl), f"exports/{result.parquet.name}": str(result.parquet)},
@@ -218,10 +230,12 @@ def visualprm_export(
             dataset=DATASET,
         )
         metadata = {"rows": result.rows, "images": len(result.image_files),
-                    **{f"removed_{k}": v for k, v in removed.items() if k not in ("contaminated_by", "unresolved_by_source")},
+                    **{f"removed_{k}": v for k, v in removed.items() if k not in ("contaminated_by", "unresolved_by_source", "leaks")},
+                    **{f"removed_{c}_leak_of_{ev}": n for c, per in removed["leaks"].items() for ev, n in per.items()},
                     "removed_unresolved_by_source": result.unresolved_by_source,
                     **{f"removed_contaminated_by_{ev}": n for ev, n in removed["contaminated_by"].items()},
-                    "preview": preview(samples, columns=["sample_id", "source", "n_steps", "is_duplicate", "is_contaminated", "in_export"])}
+                    "preview": preview(samples, columns=["sample_id", "source", "n_steps", "is_duplicate", "leak", "in_export",
+                                                         "excluded_reason"])}
         return value, metadata
 
     return reuse_or_run(context, out, compute)

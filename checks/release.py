@@ -21,7 +21,8 @@ _RULE_DESCRIPTIONS = {
     "referential_integrity": "every referenced image is inventoried or quarantined; every step, item and cluster member has its parent",
     "step_label_distribution": "labels only +/-, 1..max_steps steps per sample, positive rates within bounds",
     "drift_vs_previous": "label and steps-per-sample distributions (PSI) and row counts against the previous release",
-    "dedupe_sanity": "no duplicate cluster above the size bound; contamination reported",
+    "dedupe_sanity": "no duplicate cluster above the size bound; contamination reported (image pairs, and leaks per "
+                     "record by class and eval set)",
     "quarantine_budget": "quarantined share of each dataset's records and images under the budget",
     "upstream_files": "no whole upstream file (archive, annotation file, shard) was refused; "
                       "blocks unless allow_unusable_files",

@@ -145,6 +145,10 @@ def drift(con, previous: duckdb.DuckDBPyConnection | None, previous_id: str | No
     return CheckOutcome("drift_vs_previous", not drifted, q.drift_severity, details)
 
 
+def _has(con, table: str) -> bool:
+    return bool(con.execute("select count(*) from information_schema.tables where table_name = ?", [table]).fetchone()[0])
+
+
 def dedupe_sanity(con, q: QualitySettings) -> CheckOutcome:
     largest = con.execute("select coalesce(max(n), 0) from (select count(*) n from duplicate_clusters group by cluster_id)").fetchone()[0]
     clusters = con.execute("select count(distinct cluster_id) from duplicate_clusters").fetchone()[0]
@@ -152,6 +156,14 @@ def dedupe_sanity(con, q: QualitySettings) -> CheckOutcome:
     details = {"clusters": clusters, "largest_cluster": largest, "max_cluster_size": q.max_cluster_size,
                "contamination_pairs": contaminated[0], "contaminated_train_images": contaminated[1],
                "eval_images_copied": contaminated[2]}
+    if _has(con, "record_contamination"):  # leaks per record: pairs and train records, per class and eval set
+        rows = con.execute("""select leak, eval_dataset, count(*), count(distinct train_dataset || ':' || train_key)
+                              from record_contamination group by all order by 1, 2""").fetchall()
+        details["record_leaks"] = {f"{leak} {ev}": {"pairs": n, "train_records": t} for leak, ev, n, t in rows}
+        details["record_leaks_by_class"] = {c: sum(v["pairs"] for k, v in details["record_leaks"].items()
+                                                   if k.split(" ")[0] == c) for c in ("text", "image", "full")}
+    if _has(con, "eval_overlap"):
+        details["eval_overlap_pairs"] = con.execute("select count(*) from eval_overlap").fetchone()[0]
     return CheckOutcome("dedupe_sanity", largest <= q.max_cluster_size, WARN, details)
 
 

@@ -242,6 +242,42 @@ def _step_error_texts(result) -> list[tuple[str, str]]:
     return out
 
 
+def _leak_lines(result) -> list[str]:
+    """What record_contamination found (pairs of records per class) and what each training export
+    left out for it, from the run's materializations (none when the steps were not in the run)."""
+    from pipeline import datasets
+
+    def metadata(node: str) -> dict:
+        out = {}
+        for mat in result.asset_materializations_for_node(node):
+            out = {k: v.value for k, v in mat.metadata.items()}
+        return out
+
+    lines = []
+    found = metadata("record_contamination")
+    if found:
+        per = {}
+        for k, v in found.items():
+            if k.startswith("leaks_"):
+                ev, _, leak = k[len("leaks_"):].rpartition("_")
+                per.setdefault(leak, []).append(f"{v} of {ev}")
+        shown = "; ".join(f"{leak} {', '.join(per[leak])}" for leak in ("full", "image", "text") if leak in per)
+        lines.append(f"leaks (record_contamination, pairs of records): {shown or 'none'}")
+    for spec in datasets.DATASETS:
+        if not spec.export_asset:
+            continue
+        md = metadata(spec.export_asset)
+        if not md:
+            continue
+        left = [f"{k[len('removed_'):].replace('_leak_of_', ' leak of ')} {v}" for k, v in md.items()
+                if "_leak_of_" in k and v]
+        lines.append(f"{spec.name} training export: {md.get('rows', 0)} rows; left out for leaks: "
+                     f"{md.get('removed_contaminated', 0)} ({', '.join(left) or 'none'}), duplicates "
+                     f"{md.get('removed_duplicate', 0)}, images unavailable {md.get('removed_image_unavailable', 0)} "
+                     f"({spec.record_table}.excluded_reason says why)")
+    return lines
+
+
 def _settings_problem(args, config: dict) -> str | None:
     """What is wrong with the run's settings, found before any run is created: a --path that is
     not a folder, and the resource's own validation (field types, then the Settings it makes)."""
@@ -335,6 +371,8 @@ def _run(args, state: dict) -> int:
         config["ray_address"] = env.ray_address()
     config["export_keep_duplicates"] = args.keep_duplicates
     config["export_keep_contaminated"] = args.keep_contaminated
+    if args.keep_leaks:
+        config["export_keep_leaks"] = [c.strip() for c in args.keep_leaks.split(",") if c.strip()]
     for item in args.set or []:
         key, _, value = item.partition("=")
         if not _ or key not in RewardhouseResource.model_fields:
@@ -438,6 +476,8 @@ def _run(args, state: dict) -> int:
     review = f"{layout.remote}/releases/{md.get('release_id')}/review/index.html" if layout.remote else md.get("review_page")
     if review:
         print(f"review the dedupe and contamination decisions: {review}  (rewardhouse review)")
+    for line in _leak_lines(result):
+        print(line)
     if layout.remote:
         print(f"data root: {layout.remote} (scratch: {layout.root})")
         print("try, from any machine with the bucket's URL and credentials:")
@@ -774,6 +814,30 @@ def _image_exists(layout: Layout, ref: str) -> bool | None:
         con.close()
 
 
+def _text_leak_exists(layout: Layout, train: str, eval_: str | None) -> bool | None:
+    """Whether the current release has a text leak of that train record (against that eval record);
+    None: no warehouse, or a release from before record_contamination, to ask."""
+    try:
+        con = _connect_readonly(layout)
+    except (FileNotFoundError, OSError):
+        return None
+    try:
+        dataset, _, key = train.partition(":")
+        query = ("select count(*) from record_contamination where train_dataset = ? and train_key = ? "
+                 "and leak in ('text', 'full')")
+        params = [dataset, key]
+        if eval_:
+            e_dataset, _, e_key = eval_.partition(":")
+            query += " and eval_dataset = ? and eval_key = ?"
+            params += [e_dataset, e_key]
+        row = con.execute(query, params).fetchone()
+        return bool(row and row[0])
+    except Exception:
+        return None
+    finally:
+        con.close()
+
+
 def cmd_override(args) -> int:
     from pipeline.review import overrides as ov
 
@@ -794,11 +858,18 @@ def cmd_override(args) -> int:
             return 0
         decision = args.action.replace("-", "_")
         images = [args.a, args.b] if decision != "not_leak" else [args.train] + ([args.eval] if args.eval else [])
-        for ref in images:
-            if _image_exists(layout, ref) is False:
-                print(f"rewardhouse: warning: the current release has no hashed image named {ref}; "
+        of = "text" if decision == "not_leak" and args.text else "image"
+        if of == "text":
+            if _text_leak_exists(layout, args.train, args.eval) is False:
+                against = f" against {args.eval}" if args.eval else ""
+                print(f"rewardhouse: warning: the current release has no text leak of {args.train}{against}; "
                       "the decision is recorded and will show as not applied until one exists", file=sys.stderr)
-        out = ov.add(path, decision, images, args.reason or "")
+        else:
+            for ref in images:
+                if _image_exists(layout, ref) is False:
+                    print(f"rewardhouse: warning: the current release has no hashed image named {ref}; "
+                          "the decision is recorded and will show as not applied until one exists", file=sys.stderr)
+        out = ov.add(path, decision, images, args.reason or "", of=of)
     except ov.OverridesError as exc:
         return _fail(str(exc), 2)
     print(f"recorded: {out.decisions[-1].label}")
@@ -890,7 +961,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "REWARDHOUSE_RAY_ADDRESS, else a local Ray instance); default: ray when that is set")
     run.add_argument("--keep-duplicates", action="store_true", help="keep duplicate rollouts in the training export")
     run.add_argument("--keep-contaminated", action="store_true",
-                     help="keep samples whose image is a near-copy of an eval image in the training export")
+                     help="keep samples that copy an eval record (any leak class) in the training export")
+    run.add_argument("--keep-leaks", metavar="CLASSES", default=None,
+                     help="leak classes the training export keeps, comma-separated among text, image, full "
+                          "(default: none; every leak is left out)")
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="any setting of the rewardhouse resource, e.g. --set positive_rate_min=0.8 (repeatable)")
     run.add_argument("-v", "--verbose", action="store_true", help="stream Dagster's event log to the terminal")
@@ -935,8 +1009,9 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--no-open", action="store_true", help="only print the path")
     rv.set_defaults(func=cmd_review)
 
-    ov = sub.add_parser("override", help="record a reviewer's decision on dedupe (applied by the next run, part of "
-                                         "the release id); images are <dataset>:<image_key> or sha256:<hex>")
+    ov = sub.add_parser("override", help="record a reviewer's decision on dedupe or leaks (applied by the next run, "
+                                         "part of the release id); images are <dataset>:<image_key> or sha256:<hex>, "
+                                         "records (not-leak --text) <dataset>:<record key>")
     ov.add_argument("--file", help="the overrides file (default: REWARDHOUSE_OVERRIDES, else overrides.json in the data root)")
     ovs = ov.add_subparsers(dest="action", required=True)
     for name, what in (("not-duplicates", "these two images are not duplicates"),
@@ -945,9 +1020,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("a")
         p.add_argument("b")
         p.add_argument("--reason", default="")
-    p = ovs.add_parser("not-leak", help="this train image is not a leak (of any eval image, or of --eval only)")
-    p.add_argument("train")
-    p.add_argument("--eval", help="only against this eval image")
+    p = ovs.add_parser("not-leak", help="this train image is not a leak (of any eval image, or of --eval only); "
+                                        "with --text: this train record's text is not a leak")
+    p.add_argument("train", help="<dataset>:<image_key> or sha256:<hex>; with --text, a record: <dataset>:<record key>")
+    p.add_argument("--eval", help="only against this eval image (with --text: this eval record)")
+    p.add_argument("--text", action="store_true",
+                   help="about records' texts: drop the text link of the train record's record_contamination rows "
+                        "(a full leak keeps its image link); names are <dataset>:<record key>, e.g. "
+                        "visualprm:<sample_id> --eval vlrb:<pair_id>")
     p.add_argument("--reason", default="")
     ovs.add_parser("list", help="list the decisions")
     p = ovs.add_parser("remove", help="drop decision N (as `list` numbers them)")

@@ -33,6 +33,13 @@ class _Resource(dg.ConfigurableResource):
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     export_keep_duplicates: bool = False
     export_keep_contaminated: bool = False
+    # Leak classes the training export keeps (text, image, full); see Settings.export_keep_leaks.
+    export_keep_leaks: List[str] = []
+    # Text matching (pipeline/decontam/text.py); unset: the measured defaults.
+    text_ngram: Optional[int] = None
+    text_min_overlap: Optional[float] = None
+    text_stock_records: Optional[int] = None
+    text_sibling_margin: Optional[float] = None
     hf_image_revision: Optional[str] = None
     hf_visualprm_revision: Optional[str] = None
     hf_revisions: Dict[str, str] = {}  # any other Hub dataset: repo -> revision (e.g. MMInstruction/VL-RewardBench)
@@ -60,6 +67,11 @@ class _Resource(dg.ConfigurableResource):
             ray_address=self.ray_address or None,
             export_keep_duplicates=self.export_keep_duplicates,
             export_keep_contaminated=self.export_keep_contaminated,
+            export_keep_leaks=tuple(self.export_keep_leaks),
+            text_ngram=self.text_ngram,
+            text_min_overlap=self.text_min_overlap,
+            text_stock_records=self.text_stock_records,
+            text_sibling_margin=self.text_sibling_margin,
             hf_image_revision=self.hf_image_revision,
             hf_visualprm_revision=self.hf_visualprm_revision,
             hf_revisions=dict(self.hf_revisions),

@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline import env
 
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
-TRANSFORM_VERSION = "6"
+TRANSFORM_VERSION = "7"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,6 +51,8 @@ def data_root() -> Path:
 
 
 DEFAULT_MAX_DISTANCE = 8
+# How a train record copies an eval record (pipeline/decontam/records.py): by its text, a picture, or both.
+LEAK_CLASSES = ("text", "image", "full")
 # The largest near-duplicate radius: beyond half the bits nothing is a near duplicate, and the
 # candidate search would be quadratic.
 MAX_DEDUPE_DISTANCE = 32
@@ -122,7 +124,15 @@ class Settings:
     executor: str = "local"
     ray_address: str | None = None
     export_keep_duplicates: bool = False
-    export_keep_contaminated: bool = False
+    export_keep_contaminated: bool = False  # keep every leak class (below) in the training export
+    # Leak classes (pipeline/decontam/records.py: text | image | full) the training export keeps;
+    # every other class is left out. Eval-to-eval overlap is reported, never removed.
+    export_keep_leaks: tuple[str, ...] = ()
+    # Text matching (pipeline/decontam/text.py); None: the module's measured default.
+    text_ngram: int | None = None
+    text_min_overlap: float | None = None
+    text_stock_records: int | None = None
+    text_sibling_margin: float | None = None
     quality: QualitySettings = field(default_factory=QualitySettings)
     # hf source: move to these Hub commits (the upstream sensor sets them); None keeps the lock.
     hf_image_revision: str | None = None
@@ -156,6 +166,32 @@ class Settings:
             raise ValueError(f"workers (--workers) must be 0 (every core) or more, not {self.workers!r}")
         if not _whole(self.keep_releases) or self.keep_releases < 0:
             raise ValueError(f"keep_releases must be 0 (keep all) or more, not {self.keep_releases!r}")
+        unknown = [c for c in self.export_keep_leaks if c not in LEAK_CLASSES]
+        if unknown or isinstance(self.export_keep_leaks, str):
+            raise ValueError(f"export_keep_leaks (--keep-leaks) takes leak classes among {', '.join(LEAK_CLASSES)}, "
+                             f"not {', '.join(map(repr, unknown or [self.export_keep_leaks]))}")
+        for name, low, high, whole in (("text_ngram", 1, 64, True), ("text_min_overlap", 0.0, 1.0, False),
+                                       ("text_stock_records", 2, None, True), ("text_sibling_margin", 0.0, 1.0, False)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if (whole and not _whole(value)) or (not whole and (isinstance(value, bool) or not isinstance(value, (int, float)))) \
+                    or value < low or (high is not None and value > high):
+                bound = f"{low}..{high}" if high is not None else f"{low} or more"
+                raise ValueError(f"{name} must be {'a whole number' if whole else 'a number'} within {bound}, not {value!r}")
+
+    @property
+    def kept_leaks(self) -> tuple[str, ...]:
+        """The leak classes the training export keeps."""
+        return LEAK_CLASSES if self.export_keep_contaminated else tuple(self.export_keep_leaks)
+
+    def text_match(self):
+        """The text-matching settings (pipeline/decontam/text.py), the module's defaults where unset."""
+        from pipeline.decontam.text import TextMatchSettings
+
+        given = {"ngram": self.text_ngram, "min_overlap": self.text_min_overlap, "stock_records": self.text_stock_records,
+                 "sibling_margin": self.text_sibling_margin}
+        return TextMatchSettings(**{k: v for k, v in given.items() if v is not None})
 
     def load_overrides(self):
         from pipeline.review.overrides import load
@@ -187,6 +223,9 @@ class Settings:
             "dedupe_max_distance": self.dedupe_max_distance,
             "export_keep_duplicates": self.export_keep_duplicates,
             "export_keep_contaminated": self.export_keep_contaminated,
+            "export_keep_leaks": sorted(self.export_keep_leaks),
+            **{name: getattr(self, name) for name in ("text_ngram", "text_min_overlap", "text_stock_records",
+                                                       "text_sibling_margin") if getattr(self, name) is not None},
             "quality": asdict(self.quality),
             # The roots by name; what they hold (`image_roots_signature`) is read once, by the step
             # that reads them, and reaches the release id through its output.

@@ -11,7 +11,7 @@ from pipeline.review.overrides import DECISIONS
 from pipeline.dedupe.verify import KINDS
 
 DEDUPE_KINDS = (*KINDS, OVERRIDE_KIND)  # override: a pair a reviewer joined (pipeline/review/overrides.py)
-from pipeline.settings import QualitySettings
+from pipeline.settings import LEAK_CLASSES, QualitySettings
 
 HASH_BITS = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -90,4 +90,41 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
         *in_set("dataset", names),
         *in_set("stage", datasets.quarantine_stages()),
     ), description="every refused record, image or file, with its stage and reason")
-    return {c.name: c for c in (hashes, clusters, contamination, near_misses, overrides, quarantine)}
+    text_leak, image_leak = where("leak", "text"), where("leak", "image")
+    records = TableContract("record_contamination", {
+        "train_dataset": STRING, "train_key": STRING, "eval_dataset": STRING, "eval_key": STRING, "leak": STRING,
+        "text_overlap": FLOAT, "matched_text": STRING, "image_kind": STRING, "longest_span": INT,
+        "train_image_key": STRING, "eval_image_key": STRING,
+    }, (
+        *not_null("train_dataset", "train_key", "eval_dataset", "eval_key", "leak"),
+        *unique("train_dataset", "train_key", "eval_dataset", "eval_key"),
+        *in_set("train_dataset", datasets.train_sets()),
+        *in_set("eval_dataset", datasets.eval_sets()),
+        *in_set("leak", LEAK_CLASSES),
+        *in_set("image_kind", DEDUPE_KINDS),
+        *between("text_overlap", 0.0, 1.0),
+        *between("longest_span", 1),
+        *[r for c in ("image_kind", "train_image_key", "eval_image_key") for r in null(c, when=text_leak)],
+        *not_null("image_kind", "train_image_key", "eval_image_key", when=where("leak", "image", "full")),
+        *[r for c in ("text_overlap", "matched_text", "longest_span") for r in null(c, when=image_leak)],
+        *not_null("text_overlap", "matched_text", "longest_span", when=where("leak", "text", "full")),
+    ), description="train records that copy an eval record: by text, by image or both (full), one row per pair")
+    overlap = TableContract("eval_overlap", {
+        "dataset_a": STRING, "key_a": STRING, "dataset_b": STRING, "key_b": STRING, "leak": STRING,
+        "text_overlap": FLOAT, "matched_text": STRING, "image_kind": STRING,
+    }, (
+        *not_null("dataset_a", "key_a", "dataset_b", "key_b", "leak"),
+        *unique("dataset_a", "key_a", "dataset_b", "key_b"),
+        *in_set("dataset_a", datasets.eval_sets()),
+        *in_set("dataset_b", datasets.eval_sets()),
+        *in_set("leak", LEAK_CLASSES),
+        *between("text_overlap", 0.0, 1.0),
+    ), description="the same item in two eval sets (by text, image or both): reported, never removed")
+    leak_overrides = TableContract("leak_overrides", dict(overrides.columns), (
+        *not_null("number", "decision", "images", "applied", "effect"),
+        *unique("number"),
+        *in_set("decision", DECISIONS),
+        *between("number", 1),
+    ), description="reviewers' text not-leak decisions and what each did to record_contamination")
+    return {c.name: c for c in (hashes, clusters, contamination, near_misses, overrides, quarantine, records, overlap,
+                                leak_overrides)}

@@ -64,6 +64,13 @@ class DatasetSpec:
     # the release's tables giving (image_key, record, in_export) for the records that use an image.
     review_images: str | None = None
     image_records: str | None = None
+    # Leaks per record (pipeline/decontam): the asset whose staged tables (published or internal)
+    # hold the records; SQL over them giving the text that identifies a record, as (record, text),
+    # and the images a record uses, as (image_key, record). A dataset without a text is compared
+    # by its images only.
+    record_asset: str = ""
+    record_text: str | None = None
+    record_images: str | None = None
     description: str = ""
     notes: dict = field(default_factory=dict)
 

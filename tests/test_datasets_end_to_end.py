@@ -57,6 +57,33 @@ def test_the_sample_publishes_all_three_datasets(sample_home, capsys, monkeypatc
     assert first.endswith("mmrb2: 29 pairs; visualprm: 236 samples; vlrb: 96 pairs")
 
 
+def test_the_planted_question_copies_are_text_and_full_leaks_left_out_of_the_export(sample_home):
+    facts = vlrb_sample.facts()
+    rows = q(sample_home, """select train_key, eval_key, leak, text_overlap, image_kind from record_contamination
+                             where eval_dataset = 'vlrb' order by 2, 1""")
+    by_eval = {}
+    for train, ev, leak, overlap, kind in rows:
+        by_eval.setdefault(ev, {})[train] = (leak, overlap, kind)
+    # every rollout of the group whose question was copied, and only those, with the right eval pair
+    (text_pair, text_copies), = facts.text_leak.items()
+    (full_pair, full_copies), = facts.full_leak.items()
+    assert set(by_eval[text_pair]) == set(text_copies)
+    assert {v[0] for v in by_eval[text_pair].values()} == {"text"}
+    assert all(v[1] >= 0.8 and v[2] is None for v in by_eval[text_pair].values())
+    assert set(by_eval[full_pair]) == set(full_copies)
+    assert {v[0] for v in by_eval[full_pair].values()} == {"full"}
+    assert set(by_eval) == {text_pair, full_pair}  # no sibling of either template, no stock prompt
+    out = dict(q(sample_home, "select sample_id, excluded_reason from prm_samples where not in_export"))
+    for s in text_copies:
+        assert out[s] == f"text leak of vlrb:{text_pair}"
+    for s in full_copies:
+        assert out[s].startswith("full leak of ") and f"vlrb:{full_pair}" in out[s]
+    manifest = json.loads(next((sample_home / "releases").glob("*/manifest.json")).read_text())
+    leaks = manifest["summary"]["export"]["removed"]["leaks"]
+    assert leaks["text"]["vlrb"] == len(text_copies) and leaks["full"]["vlrb"] == len(full_copies)
+    assert leaks["image"]["mmrb2"] >= 1  # the planted MMRB2 picture copy: a generic prompt, an image leak
+
+
 def test_consumers_load_a_table_as_a_polars_lazyframe(sample_home):
     frame = load("vlrb_pairs", home=sample_home)
     assert isinstance(frame, pl.LazyFrame)

@@ -101,7 +101,11 @@ def test_the_planted_train_eval_near_copy_is_contamination(root):
     users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [train])[0][0]
     # the VL-RewardBench sample copies another training image (pipeline/vlrb/sample.py)
     vlrb_users = q(root, "select count(*) from prm_samples where list_contains(image_refs, ?)", [VLRB_CONTAMINATED])[0][0]
-    assert flagged == users + vlrb_users and users > 0 and vlrb_users > 0
+    # and the VL-RewardBench sample copies the question of one more group, by its text only
+    from pipeline.vlrb.sample import facts as vlrb_facts
+
+    (text_copies,) = vlrb_facts().text_leak.values()
+    assert flagged == users + vlrb_users + len(text_copies) and users > 0 and vlrb_users > 0
 
 
 def test_duplicate_rollout_is_marked_and_left_out_of_the_export(root):

@@ -171,14 +171,18 @@ def test_a_not_leak_override_puts_the_samples_back_and_is_listed(home, capsys):
     con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
     assert con.execute("select train_image_key, eval_dataset from contamination").fetchall() == [
         ("MathV360K/data_images/34505.jpg", "mmrb2")]
-    assert con.execute("select list(in_export order by sample_id) from prm_samples where sample_id like 'ai2d_00043_%'"
-                       ).fetchone() == ([True, True, True],)
+    # The picture is no leak any more, but the eval pair also copies their question: the samples
+    # stay out, now for the text alone (their full leak became a text leak).
+    assert con.execute("""select list(in_export order by sample_id), list(distinct excluded_reason)
+                          from prm_samples where sample_id like 'ai2d_00043_%'""").fetchone() == (
+        [False, False, False], ["text leak of vlrb:VLRB_0007"])
+    assert con.execute("select distinct leak from record_contamination where train_key like 'ai2d_00043_%'").fetchall() == [("text",)]
     assert con.execute("select number, decision, applied, effect, reason from dedupe_overrides").fetchall() == [
         (1, "not_leak", True, "applied: removed 1 contamination row", "public textbook diagram")]
     con.close()
     exported = [json.loads(line)["id"] for line in
                 (home / "releases" / after / "exports" / "visualprm_train.jsonl").read_text().splitlines()]
-    assert set(LEAK_SAMPLES) <= set(exported)
+    assert not set(LEAK_SAMPLES) & set(exported)
     with offline_page() as (page, refused, errors):
         page.goto((home / "releases" / after / "review" / "index.html").as_uri())
         page.wait_for_load_state("load")
@@ -207,3 +211,77 @@ def test_gx_data_docs_render_offline(home):
         assert rows > 3
         assert refused == [], refused
         assert errors == [], errors
+
+
+def test_text_leaks_render_both_texts_with_the_copied_words_marked(tmp_path):
+    """The text-leak section of a hand-made candidate (tests/test_text_leak_review.py) as Chromium
+    renders it: both texts, the copied words in a <mark> in each, nothing of a text run as markup."""
+    from tests.test_text_leak_review import review_page
+
+    path = review_page(tmp_path)
+    with offline_page() as (page, refused, errors):
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        cards = page.eval_on_selector_all("#textleaks .textleak", "els => els.map(e => [e.dataset.train, e.dataset.eval, e.dataset.leak])")
+        assert cards == [["visualprm:s3", "vlrb:p3", "full"], ["visualprm:s1", "vlrb:p1", "text"],
+                         ["visualprm:s1", "mmrb2:m1", "full"], ["visualprm:s2", "vlrb:p1", "text"]]
+        card = '#textleaks .textleak[data-train="visualprm:s1"][data-eval="vlrb:p1"]'
+        marks = page.eval_on_selector_all(f"{card} mark", "els => els.map(e => e.textContent)")
+        assert marks == ["What is the AREA of the  triangle, ABC", "what is the area of the\n   triangle abc"]
+        assert page.text_content(f"{card} .text.train p").endswith("? <script>alert(1)</script> Give cm².")
+        assert page.eval_on_selector_all("script", "els => els.length") == 1
+        assert page.text_content(f"{card} code.cmd") == "rewardhouse override not-leak visualprm:s1 --eval vlrb:p1 --text"
+        assert page.eval_on_selector_all("#evaloverlap tr.overlap", "els => els.map(e => e.dataset.a + ' ' + e.dataset.b)") == [
+            "mmrb2:m1 vlrb:p1"]
+        assert page.eval_on_selector_all("#overrides tr.leak-override", "els => els.length") == 1
+        page.select_option("#f-eval", "mmrb2")
+        assert page.eval_on_selector_all("#textleaks .textleak", "els => els.map(e => e.dataset.eval)") == ["mmrb2:m1"]
+        assert "eval_dataset = 'mmrb2'" in page.text_content("#textleaks .sql")
+        page.screenshot(path=str(tmp_path / "text_leaks.png"), full_page=True)
+        assert refused == [] and errors == []
+
+
+TEXT_COPY = "vlrb:VLRB_0007"  # VL-RewardBench's pair over VLRB_COPY also asks the ai2d rollouts' question
+TEXT_ONLY = "vlrb:VLRB_0034"  # a pair whose query copies a geoqa+ question, over an unrelated picture
+
+
+def test_a_text_not_leak_override_drops_the_text_link_and_is_listed(home, capsys):
+    """The ai2d rollouts copy VL-RewardBench's pair by picture and by text: with the picture
+    declared not a leak they still copy its text; a text decision per rollout puts them back in
+    the export, and the page lists what each decision did."""
+    from pipeline.dedupe.decisions import TEXT_DECISION_EFFECT
+
+    assert main(["override", "not-leak", "visualprm:ai2d/abc_images/2524.png", "--eval", VLRB_COPY,
+                 "--reason", "public textbook diagram"]) == 0
+    for sample in LEAK_SAMPLES:
+        assert main(["override", "not-leak", f"visualprm:{sample}", "--eval", TEXT_COPY, "--text",
+                     "--reason", "public textbook question"]) == 0
+    capsys.readouterr()
+    with published_home(home):
+        pass
+    after = _current(home)
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    assert con.execute("select count(*) from record_contamination where train_key like 'ai2d_00043_%'").fetchone() == (0,)
+    assert con.execute("select number, images, applied, effect from leak_overrides order by number").fetchall() == [
+        (n, f"visualprm:{s} | {TEXT_COPY}", True, "applied: removed the text link of 1 pair")
+        for n, s in zip((2, 3, 4), LEAK_SAMPLES)]
+    assert con.execute("select number, applied, effect from dedupe_overrides order by number").fetchall() == [
+        (1, True, "applied: removed 1 contamination row"), *[(n, False, TEXT_DECISION_EFFECT) for n in (2, 3, 4)]]
+    assert con.execute("select list(in_export order by sample_id) from prm_samples where sample_id like 'ai2d_00043_%'"
+                       ).fetchone() == ([True, True, True],)
+    con.close()
+    with offline_page() as (page, refused, errors):
+        page.goto((home / "releases" / after / "review" / "index.html").as_uri())
+        page.wait_for_load_state("load")
+        rows = page.eval_on_selector_all("#overrides tr.leak-override", "els => els.map(e => e.innerText)")
+        assert len(rows) == 3 and all("applied: removed the text link of 1 pair" in r for r in rows)
+        assert page.eval_on_selector_all('#textleaks .textleak[data-train^="visualprm:ai2d_00043_"]', "els => els.length") == 0
+        # The planted text-only leak: every geoqa+ rollout, both texts with the copied words marked,
+        # the eval query's stock hint left unmarked.
+        card = f'#textleaks .textleak[data-eval="{TEXT_ONLY}"]'
+        assert page.eval_on_selector_all(card, "els => els.length") >= 1
+        train_mark = page.text_content(f"{card} .text.train mark")
+        eval_mark = page.text_content(f"{card} .text.eval mark")
+        assert train_mark.startswith("As shown in the figure, AB") and eval_mark.startswith("As shown in the figure,\nAB")
+        assert page.text_content(f"{card} .text.eval p").startswith("Hint: Please answer the question")
+        assert refused == [] and errors == []

@@ -178,11 +178,16 @@ def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None, 
 OVERRIDES_APPLIED_SCHEMA = pa.schema([
     ("number", pa.int32()),  # the decision's place in the file (1-based)
     ("decision", pa.string()),  # not_duplicates | not_leak | duplicates
-    ("images", pa.string()),  # the names as written, joined by " | "
+    ("images", pa.string()),  # the names as written (images; records for a text not_leak), joined by " | "
     ("reason", pa.string()), ("by", pa.string()), ("at", pa.string()),
     ("applied", pa.bool_()),
     ("effect", pa.string()),  # what it changed in this release, or why it could not apply
 ])
+
+
+# A text not_leak (`of` text) names records, not images: the record_contamination step applies it
+# (pipeline/decontam/overrides.py) and publishes its effect in `leak_overrides`.
+TEXT_DECISION_EFFECT = "text leak decision: applied in record_contamination (leak_overrides)"
 
 
 class _Names:
@@ -227,7 +232,8 @@ def forced_pairs(overrides, rows: pa.Table) -> tuple[Forced, dict[int, str]]:
 
 def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[pa.Table, dict[int, str]]:
     """Drop the contamination rows reviewers marked not a leak: (kept rows, effect by decision
-    index). Each decision looks up its train image's rows, never scans them all."""
+    index). Each decision looks up its train image's rows, never scans them all. Text decisions
+    name records, not images: they are not this step's."""
     names = _Names(rows)
     train = zip(contamination["train_dataset"].to_pylist(), contamination["train_image_key"].to_pylist())
     evals = list(zip(contamination["eval_dataset"].to_pylist(), contamination["eval_image_key"].to_pylist()))
@@ -237,7 +243,7 @@ def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[
     keep = np.ones(contamination.num_rows, bool)
     effects = {}
     for i, d in enumerate(overrides.decisions):
-        if d.decision != "not_leak":
+        if d.decision != "not_leak" or d.of == "text":
             continue
         t = names.rows_of(d.images[0])
         e = set(names.rows_of(d.images[1])) if len(d.images) > 1 else None
@@ -254,12 +260,13 @@ def apply_not_leak(contamination: pa.Table, overrides, rows: pa.Table) -> tuple[
 
 def overrides_table(overrides, *effects: dict) -> pa.Table:
     """One row per decision of the file: what it did to this release (`effects`: by decision
-    index, from each place a decision is applied; the first that names a decision wins)."""
+    index, from each place a decision is applied; the first that names a decision wins). A text
+    decision says where its effect is (`leak_overrides`)."""
     effect_of: dict = {}
     for found in reversed([e for e in effects if e]):
         effect_of.update(found)
     decisions = overrides.decisions
-    effect = [effect_of.get(i, "applied") for i in range(len(decisions))]
+    effect = [TEXT_DECISION_EFFECT if d.of == "text" else effect_of.get(i, "applied") for i, d in enumerate(decisions)]
     return pa.table({
         "number": pa.array(range(1, len(decisions) + 1), pa.int32()),
         "decision": [d.decision for d in decisions],

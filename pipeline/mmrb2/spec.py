@@ -36,6 +36,14 @@ SPEC = DatasetSpec(
         "where kind = 'image' union all select image_name, pair_id, null from mmrb2_prompt_items "
         "where kind = 'image' and image_name is not null"
     ),
+    record_asset="mmrb2_annotations",
+    # the prompt's text items in order (upstream ships them for some tasks only)
+    record_text=("select pair_id as record, string_agg(text, ' ' order by position) as text from mmrb2_prompt_items "
+                 "where kind = 'text' group by pair_id"),
+    record_images=(
+        "select image_name as image_key, pair_id as record from mmrb2_response_items where kind = 'image' "
+        "union all select image_name, pair_id from mmrb2_prompt_items where kind = 'image' and image_name is not null"
+    ),
     integrity=(
         ("response item without pair", "select distinct i.pair_id from mmrb2_response_items i anti join mmrb2_pairs p using (pair_id)"),
         ("prompt item without pair", "select distinct i.pair_id from mmrb2_prompt_items i anti join mmrb2_pairs p using (pair_id)"),

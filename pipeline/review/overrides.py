@@ -1,9 +1,10 @@
-"""Reviewer overrides of dedupe decisions: a small versioned JSON file in the data root.
+"""Reviewer overrides of dedupe and leak decisions: a small versioned JSON file in the data root.
 
     {"format": 1, "revision": 3, "decisions": [
         {"decision": "not_duplicates", "images": ["mmrb2:images/a.png", "visualprm:geo/b.png"],
          "reason": "same template, different figure", "by": "ana", "at": "2026-12-01T12:00:00Z"},
         {"decision": "not_leak", "train": "visualprm:geo/b.png", "eval": "mmrb2:images/a.png", ...},
+        {"decision": "not_leak", "of": "text", "train": "visualprm:geo_00012_0", "eval": "vlrb:pair_77", ...},
         {"decision": "duplicates", "images": ["sha256:<hex>", "visualprm:geo/c.png"], ...}]}
 
 - `not_duplicates`: the two images are never a pair (verification's acceptance is overruled, so
@@ -11,13 +12,19 @@
   are reported as not applicable.
 - `not_leak`: the train image is not a copy of an eval image: its `contamination` rows (with that
   eval image only, when `eval` is given) are dropped, so its samples go back into the export.
+- `not_leak` with `"of": "text"`: the train *record*'s text is not a copy of the eval record's
+  (of any eval record's, without `eval`): the text link of its `record_contamination` rows is
+  dropped (pipeline/decontam/overrides.py); a link by pictures stays. `of` is written only for
+  text, so files and digests from before it are unchanged.
 - `duplicates`: the two images are an accepted pair (kind `override`) even if the search or
   verification missed them.
 
 An image is named `<dataset>:<image_key>` (as in `duplicate_clusters`) or `sha256:<hex>` (its
-bytes, whatever the dataset). `revision` counts the edits the CLI made. A run reads the file once
-(the dedupe step) and hands the digest of the decisions it applied on to the release id, so a
-changed file makes a new release, from the next run on. Plain Python, no Dagster.
+bytes, whatever the dataset); a record is named `<dataset>:<record key>` (as in
+`record_contamination`: `visualprm:<sample_id>`, `vlrb:<pair_id>`, `mmrb2:<pair_id>`). `revision`
+counts the edits the CLI made. A run reads the file once (the dedupe step) and hands the digest of
+the decisions it applied on to the release id, so a changed file makes a new release, from the
+next run on. Plain Python, no Dagster.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from pathlib import Path
 FORMAT = 1
 FILE_NAME = "overrides.json"
 DECISIONS = ("not_duplicates", "not_leak", "duplicates")
+LEAK_OF = ("image", "text")  # what a not_leak decision is about (`of`; image when absent)
 
 
 class OverridesError(ValueError):
@@ -55,9 +63,12 @@ class Decision:
     reason: str = ""
     by: str = ""
     at: str = ""
+    of: str = "image"  # image | text: text only for a not_leak about records' texts (`images` name records)
 
     def to_json(self) -> dict:
         out: dict = {"decision": self.decision}
+        if self.of != "image":
+            out["of"] = self.of
         if self.decision == "not_leak":
             out["train"] = self.images[0]
             if len(self.images) > 1:
@@ -68,6 +79,8 @@ class Decision:
 
     @property
     def label(self) -> str:
+        if self.of == "text":
+            return f"not a text leak: {self.images[0]}" + (f" (against {self.images[1]})" if len(self.images) > 1 else "")
         if self.decision == "not_leak":
             return f"not a leak: {self.images[0]}" + (f" (against {self.images[1]})" if len(self.images) > 1 else "")
         verb = "not duplicates" if self.decision == "not_duplicates" else "always duplicates"
@@ -88,11 +101,14 @@ class Overrides:
         if not self.decisions:
             return None
         with collector_paused():
-            core = sorted([d.decision, *d.images] for d in self.decisions)
+            # `of` counts only when it is not the default, so digests from before it are unchanged
+            core = sorted([d.decision, *d.images] if d.of == "image" else [d.decision, f"of:{d.of}", *d.images]
+                          for d in self.decisions)
             return hashlib.sha256(json.dumps(core).encode()).hexdigest()[:16]
 
-    def of(self, decision: str) -> list[Decision]:
-        return [d for d in self.decisions if d.decision == decision]
+    def of(self, decision: str, about: str | None = None) -> list[Decision]:
+        """The decisions of that kind (`about`: only those whose `of` is image or text)."""
+        return [d for d in self.decisions if d.decision == decision and (about is None or d.of == about)]
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "revision": self.revision,
@@ -118,6 +134,10 @@ def _is_ref(value) -> bool:
         return False
     colon = value.find(":")
     return 0 < colon < len(value) - 1
+
+
+def _is_record(value) -> bool:
+    return _is_ref(value) and not value.startswith("sha256:")  # a record has no bytes to name it by
 
 
 def _kind(value) -> str:
@@ -147,6 +167,13 @@ def _decision(entry, where: str) -> Decision:
     kind = entry.get("decision")
     if kind not in DECISIONS:
         raise OverridesError(f"{where}: `decision` must be one of {', '.join(DECISIONS)} (got {_shown(kind)})")
+    of = entry.get("of")
+    if of is None:
+        of = "image"
+    if of not in LEAK_OF:
+        raise OverridesError(f"{where}: `of` must be one of {', '.join(LEAK_OF)} (got {_shown(of)})")
+    if of == "text" and kind != "not_leak":
+        raise OverridesError(f"{where}: `of` text applies to not_leak only ({kind} is about images)")
     if kind == "not_leak":
         fields = ("train", "eval")
         images = [entry.get("train")] + ([entry["eval"]] if entry.get("eval") is not None else [])
@@ -156,13 +183,15 @@ def _decision(entry, where: str) -> Decision:
         if not isinstance(images, list) or len(images) != 2:
             raise OverridesError(f"{where}: {kind} names exactly two images in `images`")
     for field_name, ref in zip(fields, images):
+        if of == "text" and not _is_record(ref):
+            raise OverridesError(f"{where}: `{field_name}`: a record is named <dataset>:<record key> (got {_shown(ref)})")
         if not _is_ref(ref):
             raise OverridesError(f"{where}: `{field_name}`: an image is named <dataset>:<image_key> or sha256:<hex> "
                                  f"(got {_shown(ref)})")
     if kind != "not_leak" and images[0] == images[1]:
         raise OverridesError(f"{where}: {kind} names the same image twice ({_shown(images[0])})")
     return Decision(kind, tuple(images), _text(entry, "reason", where), _text(entry, "by", where),
-                    _text(entry, "at", where))
+                    _text(entry, "at", where), of)
 
 
 def parse(text: str, where: str) -> Overrides:
@@ -251,10 +280,14 @@ def save(path: str, overrides: Overrides) -> None:
     os.replace(tmp, p)
 
 
-def add(path: str, decision: str, images: list[str], reason: str = "", by: str | None = None) -> Overrides:
-    """Record one decision (replacing an earlier one about the same images) and bump the revision."""
+def add(path: str, decision: str, images: list[str], reason: str = "", by: str | None = None,
+        of: str = "image") -> Overrides:
+    """Record one decision (replacing an earlier one about the same images, or the same records for
+    a text decision) and bump the revision. `of`: "text" for a not_leak about records' texts."""
     current = load(path)
     entry = {"decision": decision, "reason": reason}
+    if of != "image":
+        entry["of"] = of
     if decision == "not_leak":
         entry["train"] = images[0]
         if len(images) > 1:
@@ -266,9 +299,10 @@ def add(path: str, decision: str, images: list[str], reason: str = "", by: str |
         who = by or getpass.getuser()
     except Exception:  # no user name in a container: leave it empty
         who = by or ""
-    new = Decision(new.decision, new.images, reason, who, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-    same = {frozenset(new.images)}
-    kept = [d for d in current.decisions if frozenset(d.images) not in same]
+    new = Decision(new.decision, new.images, reason, who, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   new.of)
+    same = (new.of, frozenset(new.images))
+    kept = [d for d in current.decisions if (d.of, frozenset(d.images)) != same]
     out = Overrides(kept + [new], current.revision + 1, path)
     save(path, out)
     return out

@@ -2,7 +2,8 @@
 
 `write_review` takes the decision tables (`duplicate_clusters`, `contamination`,
 `dedupe_near_misses`, `dedupe_overrides`), the hashed images they name, the records that use
-each image, and a reader of image bytes; it writes
+each image, and a reader of image bytes; for a release also the record leaks
+(`record_contamination`, `eval_overlap`, `leak_overrides`) and a reader of records' texts; it writes
 
     <out>/index.html              the page: data embedded as JSON, rendered by inline JavaScript
     <out>/thumbs/ab/<sha256>.jpg  one thumbnail per image content shown (hard links into the store)
@@ -12,8 +13,11 @@ Nothing is fetched from anywhere else, so the page works offline and from object
 What it shows: every contamination pair; the largest clusters and a seeded random sample of
 the others (members paged in the browser; thumbnails for the first MEMBERS_WITH_THUMBS of a
 cluster, the rest listed by name); a sample of the near-misses (the best-scoring ones and a random
-draw of the rest); the overrides and what each did. Filters: dataset, rule, eval set. Each section
-shows the `rewardhouse sql` command that lists the same rows, following the filters.
+draw of the rest); the text leaks between records (text and full; the largest overlaps and a
+seeded sample of the others), both texts side by side with the copied words marked in each; a
+sample of the eval-to-eval overlap; the overrides and what each did. Filters: dataset, rule, eval
+set. Each section shows the `rewardhouse sql` command that lists the same rows, following the
+filters.
 
 Plain Python: no Dagster.
 """
@@ -24,11 +28,14 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import time
+import unicodedata
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -44,10 +51,28 @@ NEAR_TOP = 50  # best-scoring near-misses
 NEAR_SAMPLED = 50  # and a random sample of the rest
 BATCH = 64  # images read and reduced at a time
 RECORDS_SHOWN = 8  # record ids listed per image (with the total)
+TEXT_TOP = 50  # text and full leaks with the largest overlap
+TEXT_SAMPLED = 50  # and a random sample of the others
+OVERLAP_TOP = 50  # eval-to-eval overlaps, the largest text overlap first
+OVERLAP_SAMPLED = 50
+CONTEXT_CHARS = 240  # of a record's text, shown on each side of the copied span
+SPAN_CHARS = 1200  # of the span itself; a longer one is shown by its two ends
+MATCHED_CHARS = 240  # of an overlap's matched words in the eval-overlap list
 TEMPLATE = Path(__file__).with_name("template.html")
 
 ImageId = tuple[str, str]  # (dataset, image_key)
 Reader = Callable[[str, list[str]], Iterator[tuple[str, bytes]]]  # (dataset, keys) -> (key, bytes)
+RecordId = tuple[str, str]  # (dataset, record key)
+TextReader = Callable[[list[RecordId]], dict[RecordId, str]]  # records -> the text that identifies each
+
+
+@dataclass(frozen=True)
+class RecordLeaks:
+    """Leaks between records (pipeline/decontam/records.py), for a release's page."""
+
+    contamination: pa.Table | None = None  # record_contamination; None: the candidate has none (built before it)
+    overlap: pa.Table | None = None  # eval_overlap
+    texts: TextReader | None = None  # the records' texts (each dataset's `record_text`)
 
 
 @dataclass
@@ -63,6 +88,8 @@ class ReviewInput:
     schema: str | None = None  # the warehouse schema of the release, for sql commands
     sql_hint: str | None = None  # shown instead of sql commands (e.g. a folder report's CSV command)
     subtitle: str = ""
+    record_leaks: RecordLeaks | None = None  # None: no such section (a folder report)
+    leak_overrides: pa.Table | None = None  # leak_overrides: the text not_leak decisions and their effects
 
 
 @dataclass
@@ -79,6 +106,8 @@ class ReviewStats:
     thumbnails_missing: int
     page_bytes: int
     top_pairs: list = field(default_factory=list)  # the best contamination pairs: (train, eval, thumb paths)
+    text_leaks: int = 0  # text and full rows of record_contamination
+    text_leaks_shown: int = 0
 
 
 def _rows(table: pa.Table | None) -> list[dict]:
@@ -238,6 +267,8 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
                   r["route_distance"], _round(r["score"]), r["sampled"]] for r in near],
         "nearTotal": data.near_misses.num_rows if data.near_misses is not None else 0,
         "overrides": _rows(data.overrides),
+        "leakOverrides": _rows(data.leak_overrides) if data.leak_overrides is not None else None,
+        "leaks": _leaks_section(data.record_leaks, rng),
     }
     for cid in chosen:
         rows = members[cid]
@@ -246,18 +277,197 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
                                        for i, r in enumerate(rows)]])
     page["images"] = table
     page["limits"] = {"membersWithThumbs": MEMBERS_WITH_THUMBS, "topClusters": TOP_CLUSTERS,
-                      "sampledClusters": SAMPLED_CLUSTERS, "nearTop": NEAR_TOP, "nearSampled": NEAR_SAMPLED}
+                      "sampledClusters": SAMPLED_CLUSTERS, "nearTop": NEAR_TOP, "nearSampled": NEAR_SAMPLED,
+                      "textTop": TEXT_TOP, "textSampled": TEXT_SAMPLED, "overlapTop": OVERLAP_TOP,
+                      "overlapSampled": OVERLAP_SAMPLED}
     html = TEMPLATE.read_text(encoding="utf-8")
-    payload = json.dumps(page, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    # Records' texts are anyone's text ("<image>", "<!--", "</script>"): no "<" reaches the HTML parser.
+    payload = json.dumps(page, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
     html = html.replace("__TITLE__", _escape(data.title)).replace("/*__DATA__*/null", payload)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{page_path.name}.tmp"
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, page_path)
     top = [(table[c[0]], table[c[1]]) for c in page["contamination"][:5]]
+    leaks = page["leaks"] or {}
     return ReviewStats(page_path, time.perf_counter() - start, len(contamination), n_clusters, len(chosen),
                        len(near), len(page["overrides"]), len(table), made,
-                       sum(1 for v in thumbs.values() if v is None), len(html.encode()), top)
+                       sum(1 for v in thumbs.values() if v is None), len(html.encode()), top,
+                       leaks.get("total", 0), len(leaks.get("rows", [])))
+
+
+# ---- leaks between records ----------------------------------------------------------------------
+
+def _pick_ranked(table: pa.Table, order: list[tuple[str, str]], top: int, sampled: int,
+                 rng: random.Random) -> list[dict]:
+    """The first `top` rows of `table` by `order` and a seeded sample of `sampled` others (in that
+    order), each with `sampled` saying which; only the rows picked become Python objects."""
+    ranked = table.sort_by(order)
+    picked = [dict(r, sampled=False) for r in ranked.slice(0, top).to_pylist()]
+    rest = ranked.num_rows - len(picked)
+    if rest > 0 and sampled > 0:
+        draw = pa.array(sorted(rng.sample(range(rest), min(sampled, rest))), pa.int64())
+        picked += [dict(r, sampled=True) for r in ranked.slice(len(picked)).take(draw).to_pylist()]
+    return picked
+
+
+def _leaks_section(leaks: RecordLeaks | None, rng: random.Random) -> dict | None:
+    """The page's text-leak and eval-overlap data: the rows shown, both records' texts with the
+    copied span located in each, and how many rows there are in all."""
+    if leaks is None:
+        return None
+    rc, overlap = leaks.contamination, leaks.overlap
+    counts: dict[str, int] = {}
+    text_rows: list[dict] = []
+    if rc is not None and rc.num_rows:
+        counted = rc.group_by("leak").aggregate([("leak", "count")]).to_pydict()
+        counts = dict(zip(counted["leak"], counted["leak_count"]))
+        with_text = rc.filter(pc.is_in(rc["leak"], value_set=pa.array(["text", "full"], pa.string())))
+        text_rows = _pick_ranked(with_text, [("text_overlap", "descending"), ("longest_span", "descending"),
+                                             ("train_dataset", "ascending"), ("train_key", "ascending"),
+                                             ("eval_dataset", "ascending"), ("eval_key", "ascending")],
+                                 TEXT_TOP, TEXT_SAMPLED, rng)
+    overlap_rows: list[dict] = []
+    if overlap is not None and overlap.num_rows:
+        overlap_rows = _pick_ranked(overlap, [("text_overlap", "descending"), ("dataset_a", "ascending"),
+                                              ("key_a", "ascending"), ("dataset_b", "ascending"), ("key_b", "ascending")],
+                                    OVERLAP_TOP, OVERLAP_SAMPLED, rng)
+    wanted = sorted({(r[d], r[k]) for r in text_rows for d, k in (("train_dataset", "train_key"), ("eval_dataset", "eval_key"))})
+    texts = leaks.texts(wanted) if leaks.texts is not None and wanted else {}
+    sides = [(texts.get((r[d], r[k])), r["matched_text"])
+             for r in text_rows for d, k in (("train_dataset", "train_key"), ("eval_dataset", "eval_key"))]
+    marked = marked_texts(sides)
+    rows = []
+    for i, r in enumerate(text_rows):
+        rows.append([f"{r['train_dataset']}:{r['train_key']}", f"{r['eval_dataset']}:{r['eval_key']}", r["leak"],
+                     _round(r["text_overlap"]), r["image_kind"], r["longest_span"], marked[2 * i], marked[2 * i + 1],
+                     r["sampled"]])
+    return {
+        "present": rc is not None, "rows": rows, "total": counts.get("text", 0) + counts.get("full", 0),
+        "byLeak": counts,
+        "overlapPresent": overlap is not None, "overlapTotal": overlap.num_rows if overlap is not None else 0,
+        "overlap": [[f"{r['dataset_a']}:{r['key_a']}", f"{r['dataset_b']}:{r['key_b']}", r["leak"],
+                     _round(r["text_overlap"]), r["image_kind"], _clip_words(r["matched_text"]), r["sampled"]]
+                    for r in overlap_rows],
+    }
+
+
+_TOKEN = re.compile(r"\S+")
+_WORD = re.compile(r"\w+")
+LOCATED_SHARE = 0.5  # of the matched words that must be placed in the text as written to mark them
+
+
+def _plain_words(texts: list[str]) -> list[str]:
+    """A plain normalisation (case, compatibility forms, punctuation), word by word: the fallback
+    for what the project's normaliser does not place."""
+    return [" ".join(_WORD.findall(unicodedata.normalize("NFKC", t).casefold())) for t in texts]
+
+
+def _find_run(words: list[str], run: list[str]) -> int | None:
+    """The index of the first word of the first occurrence of `run` in `words`."""
+    if not run or len(run) > len(words):
+        return None
+    hay, needle = " " + " ".join(words) + " ", " " + " ".join(run) + " "
+    at = hay.find(needle)
+    return None if at < 0 else hay.count(" ", 0, at + 1) - 1
+
+
+def _stream(words_of_tokens: list[str]) -> tuple[list[str], list[int]]:
+    """The words of a text normalised token by token, and the token each word comes from."""
+    words, owner = [], []
+    for j, normalised in enumerate(words_of_tokens):
+        for w in (normalised or "").split():
+            words.append(w)
+            owner.append(j)
+    return words, owner
+
+
+def _project_spans(texts: list[str], runs: list[str], tokens: list[list[tuple[int, int]]]) -> list[tuple[int, int] | None]:
+    """Spans by the project's normalisation (pipeline/decontam/text.py, the one `matched_text` is
+    in): the run is looked for in the whole text normalised (which also drops wrapper text, labels
+    and stock instructions), then its words are aligned with the text's words normalised token by
+    token (difflib), which say where each is in the text as written."""
+    try:
+        from pipeline.decontam.text import normalise
+    except ImportError:  # no project normaliser: the plain one places what it can
+        return [None] * len(texts)
+    wholes = normalise(texts).to_list()
+    per_token = normalise([t[a:b] for t, spans in zip(texts, tokens) for a, b in spans]).to_list()
+    out: list[tuple[int, int] | None] = []
+    at = 0
+    for text, run, whole, spans in zip(texts, runs, wholes, tokens):
+        stream, owner = _stream(per_token[at:at + len(spans)])
+        at += len(spans)
+        whole_words, run_words = (whole or "").split(), run.split()
+        first = _find_run(whole_words, run_words)
+        if first is None:
+            out.append(None)
+            continue
+        to_stream = {}
+        for a, b, size in SequenceMatcher(None, whole_words, stream, autojunk=False).get_matching_blocks():
+            to_stream.update(zip(range(a, a + size), range(b, b + size)))
+        placed = [to_stream[k] for k in range(first, first + len(run_words)) if k in to_stream]
+        if len(placed) < max(1, LOCATED_SHARE * len(run_words)):
+            out.append(None)
+            continue
+        out.append((spans[owner[placed[0]]][0], spans[owner[placed[-1]]][1]))
+    return out
+
+
+def _plain_spans(texts: list[str], runs: list[str], tokens: list[list[tuple[int, int]]]) -> list[tuple[int, int] | None]:
+    """Spans by the plain normalisation, both sides word by word, the run looked for as it is."""
+    per_token = _plain_words([t[a:b] for t, spans in zip(texts, tokens) for a, b in spans])
+    out: list[tuple[int, int] | None] = []
+    at = 0
+    for run, spans, plain_run in zip(runs, tokens, _plain_words(runs)):
+        stream, owner = _stream(per_token[at:at + len(spans)])
+        at += len(spans)
+        run_words = plain_run.split()
+        first = _find_run(stream, run_words)
+        out.append(None if first is None else (spans[owner[first]][0], spans[owner[first + len(run_words) - 1]][1]))
+    return out
+
+
+def marked_texts(items: list[tuple[str | None, str | None]]) -> list[dict | None]:
+    """For each (text, matched words), the text as the page shows it: {before, match, after,
+    located}, the matched words found in the text as written (tolerant to case, punctuation,
+    spacing and the text the normalisation drops), clipped to CONTEXT_CHARS around the span; None
+    for a missing text. The project's normaliser first, then a plain one for what it did not place;
+    each is called once over all the texts still to place."""
+    tokens = [[(m.start(), m.end()) for m in _TOKEN.finditer(t)] if t else [] for t, _ in items]
+    found: list[tuple[int, int] | None] = [None] * len(items)
+    for spans_by in (_project_spans, _plain_spans):
+        todo = [i for i, (t, m) in enumerate(items) if t and m and found[i] is None]
+        if not todo:
+            break
+        for i, span in zip(todo, spans_by([items[i][0] for i in todo], [items[i][1] for i in todo],
+                                          [tokens[i] for i in todo])):
+            found[i] = span
+    return [None if t is None else _clip(t, found[i]) for i, (t, _) in enumerate(items)]
+
+
+def _clip(text: str, span: tuple[int, int] | None) -> dict:
+    if span is None:
+        head = text[:2 * CONTEXT_CHARS]
+        return {"before": head + ("…" if len(text) > len(head) else ""), "match": "", "after": "", "located": False}
+    a, b = span
+    # the mark leaves out punctuation at its ends ("ABC?" marks ABC), not symbols ("110°")
+    while a < b - 1 and unicodedata.category(text[a]).startswith("P"):
+        a += 1
+    while b > a + 1 and unicodedata.category(text[b - 1]).startswith("P"):
+        b -= 1
+    before, match, after = text[:a], text[a:b], text[b:]
+    if len(before) > CONTEXT_CHARS:
+        before = "…" + before[-CONTEXT_CHARS:]
+    if len(match) > SPAN_CHARS:
+        match = match[:SPAN_CHARS // 2] + " … " + match[-SPAN_CHARS // 2:]
+    if len(after) > CONTEXT_CHARS:
+        after = after[:CONTEXT_CHARS] + "…"
+    return {"before": before, "match": match, "after": after, "located": True}
+
+
+def _clip_words(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MATCHED_CHARS else text[:MATCHED_CHARS] + "…"
 
 
 def _images_of(images: pa.Table, shown: set[ImageId]) -> dict[ImageId, dict]:

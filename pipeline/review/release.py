@@ -1,5 +1,6 @@
 """The review page of a release candidate: its decision tables, the records that use each image
-(each dataset's `image_records` SQL), and image bytes from each dataset's `review_images` reader."""
+(each dataset's `image_records` SQL), image bytes from each dataset's `review_images` reader, and
+the leaks between records with the text of each record shown (each dataset's `record_text` SQL)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import datasets
-from pipeline.review.page import ReviewInput, ReviewStats, write_review
+from pipeline.review.page import RecordId, RecordLeaks, ReviewInput, ReviewStats, write_review
 from pipeline.review.thumbnails import ThumbnailStore
 from pipeline.spec import load
 
@@ -26,12 +27,18 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _connect(tables: dict[str, Path]) -> duckdb.DuckDBPyConnection:
+    """A connection with a view per table of the candidate."""
+    con = duckdb.connect()
+    for name, path in tables.items():
+        con.execute(f'create view "{name}" as select * from read_parquet({_sql_str(str(path))})')
+    return con
+
+
 def records_table(tables: dict[str, Path], keys: pa.Table) -> pa.Table:
     """(dataset, image_key, record, in_export) for the images in `keys` (dataset, image_key)."""
-    con = duckdb.connect()
+    con = _connect(tables)
     try:
-        for name, path in tables.items():
-            con.execute(f'create view "{name}" as select * from read_parquet({_sql_str(str(path))})')
         con.register("shown", keys)
         parts = []
         for spec in datasets.DATASETS:
@@ -44,6 +51,31 @@ def records_table(tables: dict[str, Path], keys: pa.Table) -> pa.Table:
         return con.sql(" union all ".join(parts) + " order by 1, 2, 3").to_arrow_table().cast(RECORDS_SCHEMA)
     finally:
         con.close()
+
+
+def record_texts(tables: dict[str, Path], wanted: list[RecordId]) -> dict[RecordId, str]:
+    """The text that identifies each record in `wanted` (dataset, record key), by its dataset's
+    `record_text` SQL over the candidate's tables; records without one are left out. A dataset
+    whose tables the candidate lacks has no texts here."""
+    specs = {d.name: d for d in datasets.DATASETS if d.record_text}
+    keys = pa.table({"dataset": pa.array([d for d, _ in wanted], pa.string()),
+                     "record": pa.array([k for _, k in wanted], pa.string())})
+    out: dict[RecordId, str] = {}
+    con = _connect(tables)
+    try:
+        con.register("wanted", keys)
+        for name in sorted({d for d, _ in wanted} & specs.keys()):
+            try:
+                rows = con.execute(
+                    f"select record::varchar, text::varchar from ({specs[name].record_text}) "
+                    f"where record::varchar in (select record from wanted where dataset = ?) and text is not null",
+                    [name]).fetchall()
+            except duckdb.CatalogException:  # a table of that dataset is not in this candidate
+                continue
+            out.update(((name, record), text) for record, text in rows)
+    finally:
+        con.close()
+    return out
 
 
 def review_release(out: Path, tables: dict[str, Path], snapshots: dict, layout, release_id: str,
@@ -74,5 +106,8 @@ def review_release(out: Path, tables: dict[str, Path], snapshots: dict, layout, 
         images=hashes, clusters=clusters, contamination=contamination, near_misses=near,
         overrides=_read(tables, "dedupe_overrides"), records=records_table(tables, shown),
         release_id=release_id, schema=schema,
+        record_leaks=RecordLeaks(_read(tables, "record_contamination"), _read(tables, "eval_overlap"),
+                                 lambda wanted: record_texts(tables, wanted)),
+        leak_overrides=_read(tables, "leak_overrides"),
     )
     return write_review(out / "index.html", data, reader, ThumbnailStore(layout.root))

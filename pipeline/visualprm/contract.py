@@ -8,7 +8,7 @@ from pipeline.contract import (
     BOOL, FLOAT, INT, LIST, STRING, FileColumns, TableContract, between, greater, in_set, json_text, not_null, null,
     sha256, unique, where,
 )
-from pipeline.settings import QualitySettings
+from pipeline.settings import LEAK_CLASSES, QualitySettings
 
 MESSAGE_FORMATS = ("internvl", "chat", "raw")
 IMAGE_STATUS = ("ok", "corrupt", "unresolved")
@@ -29,7 +29,8 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
         "sample_id": STRING, "source": STRING, "question": STRING, "image_refs": LIST, "n_steps": INT,
         "n_positive": INT, "n_negative": INT, "first_negative_step": INT, "message_format": STRING,
         "answer": STRING, "row_index": INT, "image_clusters": LIST, "is_duplicate": BOOL,
-        "duplicate_of": STRING, "is_contaminated": BOOL, "in_export": BOOL,
+        "duplicate_of": STRING, "is_contaminated": BOOL, "in_export": BOOL, "leak": STRING, "leaked_from": LIST,
+        "excluded_reason": STRING,
     }, (
         *not_null("sample_id", "n_steps", "n_positive", "n_negative", "message_format", "row_index",
                   "is_duplicate", "is_contaminated", "in_export"),
@@ -41,6 +42,10 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
         *between("row_index", 0),
         *in_set("message_format", MESSAGE_FORMATS),
         *not_null("duplicate_of", when=where("is_duplicate", True)),
+        *in_set("leak", LEAK_CLASSES),
+        *not_null("leak", when=where("is_contaminated", True)),
+        *null("excluded_reason", when=where("in_export", True)),
+        *not_null("excluded_reason", when=where("in_export", False)),
         *greater("n_steps", "first_negative_step"),
     ), record_key="sample_id", description="one row per rollout (question, image refs, step counts, dedupe marks)")
     steps = TableContract("prm_steps", {

@@ -33,6 +33,9 @@ SPEC = DatasetSpec(
     image_records=(
         "select r.ref as image_key, s.sample_id as record, s.in_export from prm_samples s, unnest(s.image_refs) as r(ref)"
     ),
+    record_asset="visualprm_samples",
+    record_text="select sample_id as record, question as text from prm_samples",
+    record_images="select r.ref as image_key, s.sample_id as record from prm_samples s, unnest(s.image_refs) as r(ref)",
     integrity=(
         ("step without sample", "select distinct s.sample_id from prm_steps s anti join prm_samples p using (sample_id)"),
         ("sample image not in inventory",

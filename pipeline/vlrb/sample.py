@@ -24,6 +24,13 @@ Planted on purpose (`facts()` carries the ground truth, tests/test_vlrb.py asser
 - CONTAMINATED: the image of one pair is the VisualPRM sample's embedded picture
   CONTAMINATED[0], scaled by 1.1 and re-encoded as JPEG: a VisualPRM training image that leaks
   this eval set.
+- TEXT_LEAK: the query of one reasoning pair is the question of a VisualPRM sample group (a
+  geometry problem with choices) under MathVista's `Hint: … Question:` frame, with its choices
+  written `A.` instead of `(A)` and its lines re-wrapped, over an unrelated picture: every rollout
+  of that group copies this eval item by its text (leak `text`).
+- FULL_LEAK: CONTAMINATED's pair also asks the question of the VisualPRM group that shows that
+  picture (upper-cased, curly quotes, with "Answer the question using a single word or phrase."
+  appended): its rollouts copy it by picture and text (leak `full`).
 - FAULTS (id → what is wrong; each pair is quarantined at parse by the record contract or the
   parser, the rest publishes): a ranking that is not a permutation of (0, 1), an empty response,
   three responses, no image, and an id that repeats an earlier row's.
@@ -35,7 +42,7 @@ from __future__ import annotations
 
 import io
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -45,7 +52,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from pipeline.sources.base import write_if_changed
 
-SAMPLE_VERSION = "1"
+SAMPLE_VERSION = "2"
 RELPATH = "MMInstruction/VL-RewardBench/data/test-00000-of-00001.parquet"
 SEED = 1_250
 ROWS = 100  # pairs written (the planted faults among them)
@@ -56,6 +63,9 @@ REASONING = ("mathverse", "mmmu-pro")
 CONTAMINATED = ("ai2d/abc_images/2524.png", "VLRB_0007")  # (VisualPRM path, VL-RewardBench pair id)
 CONTAMINATED_SCALE = 1.1
 SHARED_IMAGE_IDS = ("VLRB_0011", "VLRB_0012")
+TEXT_LEAK_ID = "VLRB_0034"  # a mathverse pair: its query copies a VisualPRM geometry question
+TEXT_LEAK_SOURCE = "geoqa+"  # the VisualPRM source whose first question it copies
+FULL_LEAK_ID = CONTAMINATED[1]
 CORRUPT_ID = "VLRB_0020"
 FAULTS = {
     "VLRB_0003": "human_ranking is [0, 0]",
@@ -82,6 +92,9 @@ class Facts:
     distinct_images: int  # decodable or not, one per content
     corrupt_image_pair: str
     contaminated: tuple[str, str]
+    # pair id -> the VisualPRM sample ids that copy it: by text only, and by text and picture
+    text_leak: dict = field(default_factory=dict)
+    full_leak: dict = field(default_factory=dict)
 
 
 def _photo(rng: random.Random, w: int, h: int) -> Image.Image:
@@ -151,6 +164,28 @@ def _contaminated_copy() -> bytes:
         return _encode(src.resize(size, Image.Resampling.LANCZOS), "JPEG", quality=90)
 
 
+def _copied_questions() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The planted copies of VisualPRM questions: pair id -> (query, the VisualPRM sample ids
+    whose question it copies). Re-written the way a benchmark re-words a problem it took."""
+    from pipeline.visualprm.sample import visualprm_sample_facts
+
+    expected = visualprm_sample_facts().expected
+
+    def group(question: str) -> tuple[str, ...]:
+        return tuple(e.sample_id for e in expected if e.question == question)
+
+    geo = next(e for e in expected if e.source == TEXT_LEAK_SOURCE and "\nChoices:\n" in e.question)
+    stem, _, choices = geo.question.partition("\nChoices:\n")
+    rewrapped = stem.replace(", ", ",\n", 1)
+    lettered = " ".join(f"({line[0]}) {line[2:].strip()}" for line in choices.splitlines() if line[1:2] == ":")
+    text_query = ("Hint: Please answer the question and provide the correct option letter, e.g., A, B, C, D, at the end.\n"
+                  f"Question: {rewrapped}\nChoices: {lettered}")
+    shown = next(e for e in expected if CONTAMINATED[0] in e.image_refs)
+    full_query = (shown.question.upper().replace("'", "\u2019").replace('"', "\u201c")
+                  + "\nAnswer the question using a single word or phrase.")
+    return {TEXT_LEAK_ID: (text_query, group(geo.question)), FULL_LEAK_ID: (full_query, group(shown.question))}
+
+
 def _texts(rng: random.Random, source: str, k: int) -> tuple[str, str, str, str | None]:
     subject = rng.choice(("the red object", "the largest shape", "the tallest bar", "the circle", "the sky",
                           "the shaded region", "the left half", "the figure"))
@@ -169,6 +204,7 @@ def _texts(rng: random.Random, source: str, k: int) -> tuple[str, str, str, str 
 @lru_cache(maxsize=1)
 def _rows() -> tuple[list[dict], Facts]:
     rng = random.Random(SEED)
+    copied = _copied_questions()
     rows, chosen = [], {}
     shared = None
     for k in range(1, ROWS + 1):
@@ -188,6 +224,8 @@ def _rows() -> tuple[list[dict], Facts]:
         if pid == CORRUPT_ID:
             data = data[:300]  # cut inside the JPEG header: not decodable
         query, good, bad, truth = _texts(rng, source, k)
+        if pid in copied:
+            query = copied[pid][0]
         a_first = rng.random() < 0.5
         models = rng.sample(MODELS, 2)
         row = {
@@ -216,7 +254,8 @@ def _rows() -> tuple[list[dict], Facts]:
     images = {r["image"]["bytes"] for r in rows if r["image"] is not None}
     facts = Facts(ids=tuple(r["id"] for r in rows), published=published,
                   quarantined={**FAULTS, DUPLICATE_ID: "id repeats an earlier row"}, chosen=chosen,
-                  distinct_images=len(images), corrupt_image_pair=CORRUPT_ID, contaminated=CONTAMINATED)
+                  distinct_images=len(images), corrupt_image_pair=CORRUPT_ID, contaminated=CONTAMINATED,
+                  text_leak={TEXT_LEAK_ID: copied[TEXT_LEAK_ID][1]}, full_leak={FULL_LEAK_ID: copied[FULL_LEAK_ID][1]})
     return rows, facts
 
 

@@ -28,6 +28,9 @@ SPEC = DatasetSpec(
     image_records=(
         "select image_key, pair_id as record, null::boolean as in_export from vlrb_pairs where image_key is not null"
     ),
+    record_asset="vlrb_pairs",
+    record_text="select pair_id as record, query as text from vlrb_pairs",
+    record_images="select image_key, pair_id as record from vlrb_pairs where image_key is not null",
     integrity=(
         ("VL-RewardBench pair image not in inventory",
          "select p.pair_id from vlrb_pairs p anti join vlrb_images i using (image_key)"),

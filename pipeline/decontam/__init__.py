@@ -1,0 +1,1 @@
+"""Decontamination: finding training records that copy evaluation records (pure logic, no Dagster)."""
