@@ -131,3 +131,13 @@ def test_keep_settings_put_them_back(tmp_path, monkeypatch, capsys):
     kept, dup = DUPLICATE_SAMPLE_IDS
     assert q(tmp_path, "select in_export from prm_samples where sample_id = ?", [dup]) == [(True,)]
     assert q(tmp_path, "select count(*) from prm_samples where is_contaminated and not in_export") == [(0,)]
+    # One leak class kept: the text-only copies come back (unless their pictures cannot be
+    # loaded), the picture copies stay out, each with its reason.
+    assert main(["run", "--keep-leaks", "text"]) == 0
+    capsys.readouterr()
+    rows = dict(q(tmp_path, "select sample_id, coalesce(excluded_reason, 'in') from prm_samples where leak is not null"))
+    from pipeline.vlrb.sample import facts as vlrb_facts
+
+    (text_copies,) = vlrb_facts().text_leak.values()
+    assert all("leak" not in rows[s] for s in text_copies)
+    assert {v.split(" leak of ")[0] for s, v in rows.items() if s not in text_copies} == {"full", "image"}
