@@ -7,18 +7,21 @@
    of eval items under each perturbation the normaliser is meant to undo (NFKC, case, line wraps,
    punctuation, curly quotes, choice format, InternVL frame, Hint/Question lines, boilerplate
    suffix, combinations), two it is not (an extra sentence, a one-letter typo), rollouts (a row
-   repeated 1-4 times under other keys), template siblings of eval items, unrelated rows and
-   generic prompts shared by many rows ("Describe this image in detail.", also eval texts).
+   repeated 1-8 times under other keys, ~3 on average, as PRM rollouts are), template siblings of
+   eval items (half keep the item's point labels: the same figure, other numbers), unrelated rows
+   and generic prompts in 30-400 rows each ("Describe this image in detail.", also eval texts).
    Each family's templates are split in two halves with their own seeds: the settings are chosen
    on the tuning half only (grid below), then both halves are scored with them. A reported
    (train, eval) pair is right when that train row copies that eval row.
-   Choice rule: best pair F1 on the tuning half with no generic prompt reported; among the ties,
-   the (ngram, stock_records) with the widest plateau of tied (min_overlap, sibling_margin), and
-   the middle of that plateau.
+   Choice rule (the goal's terms): among the settings with tuning precision >= 0.99 (a point of
+   safety over the goal) and no generic prompt reported, those within RECALL_TOLERANCE of the best
+   tuning recall are tied; the chosen one is the tied setting with the most tied neighbours on the
+   grid (the centre of the plateau, the least tuned to this data).
 2. Speed and memory: 400,000 train texts against 10,000 eval texts (10-120 words of Zipf-drawn
    words, shared stock phrases, 3,000 number templates shared by ~70 rows each, 300 planted
-   copies), `text_leaks` timed in a child process (data read from Parquet before the clock) and
-   the child's peak RSS.
+   copies), generated and written to Parquet in a temporary folder by one child process; a second
+   reads them, then times `text_leaks` and reports its own peak RSS (VmHWM, which starts afresh
+   at exec).
 
 Usage: python tests/benchmarks/bench_text_leaks.py [--quick]   (--quick: 40k x 1k for part 2)
 """
@@ -50,11 +53,17 @@ import pyarrow.parquet as pq  # noqa: E402
 from pipeline.decontam.text import RECORD_TEXT_SCHEMA, TextMatchSettings, normalise, text_leaks  # noqa: E402
 
 GRID_NGRAM = [3, 4, 5, 6, 8, 10, 12]
-GRID_STOCK = [5, 10, 20, 40, 80]
+GRID_STOCK = [5, 10, 15, 20, 25, 30, 40, 80]
 GRID_MIN_OVERLAP = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
 GRID_MARGIN = [0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3]
 
+# Settings this close to the best tuning recall count as tied: about the sampling error of a
+# recall over ~700 planted items (their rollouts move together).
+RECALL_TOLERANCE = 0.01
 GOAL_RECALL, GOAL_PRECISION = 0.95, 0.98
+# The tuning half must do a point better than the goal: the held-back templates bring sibling
+# patterns the tuning half has not seen (which slot sits at the edge of the text, say).
+TUNING_PRECISION = 0.99
 GOAL_SECONDS, GOAL_RSS_MB = 20.0, 1536
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +84,11 @@ WORDS = {
     "furn": "sofa bed bench rug chair windowsill".split(),
     "veh": "car truck bus motorcycle van scooter tractor".split(),
     "art": ["Mona Lisa", "Starry Night", "Night Watch", "Birth of Venus", "Water Lilies", "Scream", "Kiss",
-            "Great Wave", "Last Supper", "Girl with a Pearl Earring", "Persistence of Memory", "Guernica"],
+            "Great Wave", "Last Supper", "Girl with a Pearl Earring", "Persistence of Memory", "Guernica",
+            "Sunflowers", "Olympia", "Las Meninas", "Hay Wain", "Arnolfini Portrait", "School of Athens",
+            "Garden of Earthly Delights", "Raft of the Medusa", "Liberty Leading the People",
+            "Wanderer above the Sea of Fog",
+            "Creation of Adam", "Nighthawks"],
     "artist": ["Monet", "Rembrandt", "Titian", "Goya", "Vermeer", "Turner", "Cezanne", "Klimt", "Hokusai", "Matisse"],
     "tech": ["broken brushwork", "strong chiaroscuro", "flat areas of colour", "linear perspective",
              "gold leaf", "visible impasto", "sfumato"],
@@ -148,8 +161,10 @@ TEMPLATES = [
      "{place}?", None),
 ]
 FAMILIES = ["geometry", "chart", "mmmu", "short", "hallucination"]
-EVAL_SIBLINGS = [3, 6, 12, 24, 40]  # eval items per template, cycled over a half's templates
+EVAL_SIBLINGS = [5, 10, 20, 40, 60]  # eval items per template, cycled over a half's templates
 
+# Train rows per generic prompt, the same in both halves: the least used is in 30 rows.
+GENERIC_ROWS = [30, 45, 70, 100, 150, 220, 300, 400]
 GENERIC = ["Describe this image in detail.", "Which of the following is correct?", "What is shown in the image?",
            "What is in this picture?", "Please describe the image.",
            "Provide a detailed description of the given image.", "What can you see in this image?",
@@ -185,11 +200,15 @@ class Item:
     stem: str
     choices: list[str] | None
     style: int  # how the choices are written
+    values: dict[str, str] = field(default_factory=dict)  # the slot values
 
 
-def fill(stem: str, rng: random.Random) -> str:
-    values: dict[str, str] = {}
-    used_letters: set[str] = set()
+def fill(stem: str, rng: random.Random, keep: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+    """The stem with its slots filled, and the slot values; `keep` fixes some slots (a sibling that
+    keeps its template item's point labels)."""
+    values: dict[str, str] = dict(keep or {})
+    used_letters: set[str] = {v for k, v in values.items() if k.startswith("L")}
+    position = itertools.count()
 
     def value(kind: str) -> str:
         if kind == "L":
@@ -210,14 +229,12 @@ def fill(stem: str, rng: random.Random) -> str:
 
     def sub(match) -> str:
         kind, _, ident = match.group(1).partition(":")
-        key = f"{kind}:{ident}" if ident else None
-        if key is None:
-            return value(kind)
+        key = f"{kind}:{ident}" if ident else f"{kind}#{next(position)}"
         if key not in values:
             values[key] = value(kind)
         return values[key]
 
-    return re.sub(r"\{(\w+(?::\w+)?)\}", sub, stem)
+    return re.sub(r"\{(\w+(?::\w+)?)\}", sub, stem), values
 
 
 def make_choices(kind: str | None, rng: random.Random) -> list[str] | None:
@@ -250,9 +267,10 @@ def render(item: Item, style: int | None = None) -> str:
 STYLES = 5
 
 
-def new_item(t: int, rng: random.Random) -> Item:
+def new_item(t: int, rng: random.Random, keep: dict[str, str] | None = None) -> Item:
     family, stem, kind = TEMPLATES[t]
-    return Item(family, t, fill(stem, rng), make_choices(kind, rng), rng.randrange(STYLES))
+    text, values = fill(stem, rng, keep)
+    return Item(family, t, text, make_choices(kind, rng), rng.randrange(STYLES), values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,21 +282,24 @@ def fullwidth(text: str, rng: random.Random) -> str:
 
 
 def punct(text: str, rng: random.Random) -> str:
-    if rng.random() < 0.5:  # drop commas, full stops and question marks
-        return "".join(ch for ch in text if ch not in ",.?")
+    """Commas, full stops and question marks dropped, or stray punctuation added; a decimal point
+    and the inside of an <image 1> tag are left alone (changing those changes the text)."""
+    if rng.random() < 0.5:
+        return re.sub(r"(?<![0-9])\.|\.(?![0-9])|[,?]", "", text)
     words = text.split(" ")
-    for i in rng.sample(range(len(words)), max(1, len(words) // 6)):
+    spots = [i for i, w in enumerate(words) if "<" not in w]
+    for i in rng.sample(spots, max(1, len(spots) // 6)):
         words[i] = words[i] + rng.choice([",", ";", " -", "...", " !"])
     return " ".join(words).replace("?", " ?!")
 
 
 def curly(text: str, rng: random.Random) -> str:
-    if "'" not in text and '"' not in text:
+    if "'" not in text and '"' not in text:  # quote a word (not inside an <image 1> tag)
         words = text.split(" ")
-        i = rng.randrange(len(words))
+        i = rng.choice([i for i, w in enumerate(words) if "<" not in w and ">" not in w])
         words[i] = f'"{words[i]}"'
         text = " ".join(words)
-    out, double_open, single_open = [], True, True
+    out, double_open = [], True
     for ch in text:
         if ch == '"':
             out.append("\u201c" if double_open else "\u201d")
@@ -333,7 +354,8 @@ def perturb(item: Item, kinds: list[str], rng: random.Random) -> str:
         text = f"{text}\n{rng.choice(BOILERPLATE_TEXT)}"
     if "frame" in kinds:
         images = "<image>\n" * rng.choice([0, 1, 1, 2])
-        text = f"### Question:\n{images}{text}\n\n### Solution Process:\nStep 1: Look at the figure. The value is {rng.randint(1, 99)}."
+        step = f"Step 1: Look at the figure. The value is {rng.randint(1, 99)}."
+        text = f"### Question:\n{images}{text}\n\n### Solution Process:\n{step}"
     for kind, fn in (("case", case), ("nfkc", fullwidth), ("linewrap", linewrap)):
         if kind in kinds:
             text = fn(text, rng)
@@ -385,20 +407,23 @@ def build_half(half: int, seed: int) -> QualitySet:
             keys.append(key)
         return keys
 
-    def rollouts() -> int:
-        return rng.choices([1, 2, 3, 4], weights=[40, 30, 20, 10])[0]
+    def rollouts() -> int:  # a training question is repeated across rollouts, ~3 times on average
+        return rng.choices([1, 2, 3, 4, 6, 8], weights=[30, 20, 20, 15, 10, 5])[0]
 
     names = LISTED + BEYOND
     order = itertools.cycle(names)
     for i, t in enumerate(templates):
         count = EVAL_SIBLINGS[i % len(EVAL_SIBLINGS)]
         items, seen = [], set()
-        while len(items) < count:
+        for _ in range(50 * count):  # a template with few slot values has fewer items
             item = new_item(t, rng)
             norm = normalise([render(item)])[0]
             if norm not in seen:
                 seen.add(norm)
                 items.append(item)
+            if len(items) == count:
+                break
+        stems = {normalise([render(item, 0)])[0] for item in items}
         for item in items:
             key = f"e{half}-{next(ekey):05d}"
             text = render(item)
@@ -414,31 +439,37 @@ def build_half(half: int, seed: int) -> QualitySet:
                 for tk in add_train(text, "copy", item.family, name, rollouts()):
                     truth.add((tk, key))
             for _ in range(2):  # two siblings: the same template, other values, no eval item
-                while True:
-                    sib = new_item(t, rng)
-                    if normalise([render(sib)])[0] not in seen:
+                for _ in range(50):
+                    # Half the siblings keep the point labels of an eval item: the same figure, other numbers.
+                    base = rng.choice(items).values
+                    keep = {k: v for k, v in base.items() if k.startswith("L")} if rng.random() < 0.5 else None
+                    sib = new_item(t, rng, keep)
+                    if normalise([render(sib, 0)])[0] not in stems:
                         break
+                else:
+                    continue
                 kinds = [rng.choice(LISTED[:-1])] if rng.random() < 0.5 else []
                 if kinds == ["choices"] and not sib.choices:
                     kinds = []
                 add_train(perturb(sib, kinds, rng), "sibling", sib.family, "", rollouts())
-    for _ in range(1000):
+    for _ in range(2000):
         add_train(word_salad(rng), "unrelated", "unrelated")
-    for g in GENERIC:
+    for g, count in zip(GENERIC, GENERIC_ROWS):
         for _ in range(rng.randint(1, 2)):
             key = f"e{half}-{next(ekey):05d}"
             eval_rows.append((rng.choice(["bench_x", "bench_y"]), key, g))
             efam[key] = "generic"
             generic_eval.add(key)
         fake = Item("generic", -1, g, None, 0)
-        count = int(round(40 * 10 ** rng.random()))  # 40..400 rows
         for _ in range(count):
-            kinds = rng.sample(["case", "linewrap", "punct", "quotes", "frame", "boilerplate", "nfkc"], rng.randint(0, 2))
+            kinds = rng.sample(["case", "linewrap", "punct", "quotes", "frame", "boilerplate", "nfkc"],
+                               rng.randint(0, 2))
             add_train(perturb(fake, kinds, rng), "generic", "generic")
     rng.shuffle(train_rows)
 
     def table(rows):
-        return pa.Table.from_pylist([{"dataset": d, "key": k, "text": t} for d, k, t in rows], schema=RECORD_TEXT_SCHEMA)
+        return pa.Table.from_pylist([{"dataset": d, "key": k, "text": t} for d, k, t in rows],
+                                    schema=RECORD_TEXT_SCHEMA)
 
     return QualitySet(table(train_rows), table(eval_rows), truth, kind, fam, pert, efam, generic_eval)
 
@@ -478,24 +509,27 @@ def breakdown(found: set, qs: QualitySet, by: str) -> dict[str, tuple[int, int, 
     return {g: (right[g], reported[g], planted[g], hit[g]) for g in sorted(set(planted) | set(reported))}
 
 
-def named_right(found: set, qs: QualitySet) -> tuple[int, int]:
-    """Copy rows whose reported eval records are exactly their source: (such rows, copy rows found)."""
+def named_right(found: set, qs: QualitySet) -> tuple[int, int, int]:
+    """Copy rows reported with any eval record: (those naming their source, those naming only
+    their source, all of them)."""
     per_train = defaultdict(set)
     for tk, ek in found:
         per_train[tk].add(ek)
     source = {tk: ek for tk, ek in qs.truth}
     found_copies = [tk for tk in source if tk in per_train]
-    return sum(per_train[tk] == {source[tk]} for tk in found_copies), len(found_copies)
+    return (sum(source[tk] in per_train[tk] for tk in found_copies),
+            sum(per_train[tk] == {source[tk]} for tk in found_copies), len(found_copies))
 
 
 def report(title: str, qs: QualitySet, pairs: pl.DataFrame) -> dict:
     s = score(pairs, qs)
-    ok_named, found_copies = named_right(s["found"], qs)
+    with_source, only_source, found_copies = named_right(s["found"], qs)
     siblings = sum(1 for tk, _ in s["found"] if qs.train_kind[tk] == "sibling")
     print(f"  {title}: precision {s['precision']:.4f}  recall {s['recall']:.4f}  F1 {s['f1']:.4f}  "
           f"({s['right']:,} right of {s['reported']:,} reported, {len(qs.truth):,} planted); "
           f"generic prompts reported: {s['generic']}; sibling rows reported: {siblings}; "
-          f"copies named with only their source: {ok_named}/{found_copies}")
+          f"copy rows reported: {found_copies:,}, naming their source {with_source:,}, only their source "
+          f"{only_source:,}")
     for by in ("family", "perturbation"):
         cells = []
         for g, (right, reported, planted, hit) in breakdown(s["found"], qs, by).items():
@@ -503,7 +537,12 @@ def report(title: str, qs: QualitySet, pairs: pl.DataFrame) -> dict:
             r = f"{hit / planted:.3f}" if planted else "  -  "
             cells.append(f"{g} P {p} R {r}")
         print(f"    per {by}: " + "; ".join(cells))
-    s["named"] = (ok_named, found_copies)
+    listed = {p for p in qs.truth if qs.train_perturbation[p[0]] in LISTED}
+    s["recall_listed"] = len(listed & s["found"]) / len(listed)
+    beyond = qs.truth - listed
+    print(f"    recall: listed perturbations {s['recall_listed']:.4f} ({len(listed):,} pairs); beyond the normaliser "
+          f"(extra sentence, typo) {len(beyond & s['found']) / len(beyond):.4f} ({len(beyond):,} pairs)")
+    s["named"] = (with_source, found_copies)
     return s
 
 
@@ -518,35 +557,53 @@ def quality() -> TextMatchSettings:
     print(f"  generated in {time.perf_counter() - t0:.1f}s")
 
     t0 = time.perf_counter()
-    results = []  # (f1, recall, generic, ngram, stock, min_overlap, margin)
+    results = []  # (recall, precision, generic, ngram, stock, min_overlap, margin)
     for ngram, stock in itertools.product(GRID_NGRAM, GRID_STOCK):
         loose = TextMatchSettings(ngram=ngram, min_overlap=0.0, stock_records=stock, sibling_margin=1.0)
         candidates = pl.from_arrow(text_leaks(tuning.train, tuning.evals, loose))
         for mo, margin in itertools.product(GRID_MIN_OVERLAP, GRID_MARGIN):
             s = score(select(candidates, mo, margin), tuning)
-            results.append((round(s["f1"], 6), s["recall"], s["generic"], ngram, stock, mo, margin))
-    print(f"  grid: {len(results)} settings on the tuning half in {time.perf_counter() - t0:.1f}s")
-    allowed = [r for r in results if r[2] == 0]
+            results.append((s["recall"], s["precision"], s["generic"], ngram, stock, mo, margin))
+    print(f"  grid: {len(results)} settings on the tuning half in {time.perf_counter() - t0:.1f}s "
+          f"(ngram {GRID_NGRAM}, stock_records {GRID_STOCK}, min_overlap {GRID_MIN_OVERLAP}, margin {GRID_MARGIN})")
+    allowed = [r for r in results if r[2] == 0 and r[1] >= TUNING_PRECISION]
     best = max(r[0] for r in allowed)
-    tied = [r for r in allowed if r[0] == best]
-    plateau = defaultdict(list)
-    for r in tied:
-        plateau[(r[3], r[4])].append((r[5], r[6]))
-    (ngram, stock), cells = max(plateau.items(), key=lambda kv: (len(kv[1]), kv[0][0], kv[0][1]))
-    mos = sorted({mo for mo, _ in cells})
-    mo = mos[len(mos) // 2]
-    margins = sorted({m for m0, m in cells if m0 == mo})
-    margin = margins[len(margins) // 2]
+    tied = {r[3:]: r for r in allowed if r[0] >= best - RECALL_TOLERANCE}
+    grids = (GRID_NGRAM, GRID_STOCK, GRID_MIN_OVERLAP, GRID_MARGIN)
+
+    def tied_neighbours(setting) -> int:
+        index = [grid.index(v) for grid, v in zip(grids, setting)]
+        count = 0
+        for step in itertools.product((-1, 0, 1), repeat=4):
+            near = [i + d for i, d in zip(index, step)]
+            if any(step) and all(0 <= i < len(g) for i, g in zip(near, grids)):
+                count += tuple(g[i] for g, i in zip(grids, near)) in tied
+        return count
+
+    most = max(tied_neighbours(k) for k in tied)
+    central = sorted(k for k in tied if tied_neighbours(k) == most)
+    centre = central[len(central) // 2]  # equally central: the middle one
+    ngram, stock, mo, margin = centre
     chosen = TextMatchSettings(ngram=ngram, min_overlap=mo, stock_records=stock, sibling_margin=margin)
-    print(f"  best tuning F1 {best:.4f} (no generic prompt reported) at {len(tied)} settings; "
-          f"widest plateau: ngram {ngram}, stock_records {stock} with {len(cells)} (min_overlap, margin) cells, "
-          f"min_overlap {mos[0]}..{mos[-1]}")
-    by_pair = defaultdict(float)
+    print(f"  best tuning recall at precision >= {TUNING_PRECISION} and no generic prompt: {best:.4f}; "
+          f"{len(tied)} settings within {RECALL_TOLERANCE} of it (tied); the chosen one has "
+          f"{tied_neighbours(centre)} of its 80 grid neighbours tied")
+    for name, grid, pos in zip(("ngram", "stock_records", "min_overlap", "sibling_margin"), grids, range(4)):
+        print(f"    tied {name}: " + ", ".join(f"{v} ({sum(1 for k in tied if k[pos] == v)})"
+                                          for v in grid if any(k[pos] == v for k in tied)))
+    by_pair: dict = {}
     for r in allowed:
-        by_pair[(r[3], r[4])] = max(by_pair[(r[3], r[4])], r[0])
-    print("  best tuning F1 per (ngram, stock_records):")
+        by_pair[(r[3], r[4])] = max(by_pair.get((r[3], r[4]), 0.0), r[0])
+    print(f"  best tuning recall per (ngram, stock_records) at precision >= {TUNING_PRECISION} "
+          "('-': none without a generic prompt):")
     for n in GRID_NGRAM:
-        print(f"    ngram {n:>2}: " + "  ".join(f"s={s:<3} {by_pair[(n, s)]:.4f}" for s in GRID_STOCK))
+        print(f"    ngram {n:>2}: " + "  ".join(
+            f"s={s:<3} " + (f"{by_pair[(n, s)]:.4f}" if (n, s) in by_pair else "  -   ") for s in GRID_STOCK))
+    here = {(r[5], r[6]): r for r in results if r[3:5] == (ngram, stock)}
+    print(f"  at ngram {ngram}, stock_records {stock}, margin {margin}: tuning precision / recall per min_overlap: "
+          + ", ".join(f"{m}: {here[(m, margin)][1]:.3f}/{here[(m, margin)][0]:.3f}" for m in GRID_MIN_OVERLAP))
+    print(f"  ... at min_overlap {mo}, per margin: "
+          + ", ".join(f"{g}: {here[(mo, g)][1]:.3f}/{here[(mo, g)][0]:.3f}" for g in GRID_MARGIN))
     print(f"  chosen: {chosen}")
     default = TextMatchSettings()
     print(f"  TextMatchSettings() defaults {'ARE' if default == chosen else 'are NOT'} the tuning choice "
@@ -558,15 +615,16 @@ def quality() -> TextMatchSettings:
         results_by_half[name] = report(name, qs, pairs)
     # The grid scored post-filtered candidates; the direct call must agree with that filter.
     loose = replace(chosen, min_overlap=0.0, sibling_margin=1.0)
-    filtered = select(pl.from_arrow(text_leaks(held.train, held.evals, loose)), chosen.min_overlap, chosen.sibling_margin)
+    filtered = select(pl.from_arrow(text_leaks(held.train, held.evals, loose)), chosen.min_overlap,
+                      chosen.sibling_margin)
     direct = pl.from_arrow(text_leaks(held.train, held.evals, chosen))
     same = set(zip(filtered["train_key"], filtered["eval_key"])) == set(zip(direct["train_key"], direct["eval_key"]))
     print(f"  grid filter == direct call on the held-back half: {'yes' if same else 'NO'}")
     h = results_by_half["held back"]
-    ok = (h["recall"] >= GOAL_RECALL and h["precision"] >= GOAL_PRECISION and h["generic"] == 0
+    ok = (h["recall_listed"] >= GOAL_RECALL and h["precision"] >= GOAL_PRECISION and h["generic"] == 0
           and h["named"][0] == h["named"][1])
-    print(f"  goal (held back: recall >= {GOAL_RECALL}, precision >= {GOAL_PRECISION}, no generic prompt, "
-          f"each found copy named with its source only): {'MET' if ok else 'NOT MET'}")
+    print(f"  goal (held back: recall of the listed perturbations >= {GOAL_RECALL}, precision >= {GOAL_PRECISION}, "
+          f"no generic prompt, every reported copy row names its source): {'MET' if ok else 'NOT MET'}")
     return chosen
 
 
@@ -595,6 +653,9 @@ def speed_data(n_train: int, n_eval: int, seed: int = 7):
             words[pos] = "{}"
         templates.append(" ".join(words))
 
+    stock_words = [len(p.split()) for p in stock]
+    template_words = [len(t.split()) for t in templates]
+
     def texts(m: int) -> list[str]:
         lengths = rng.integers(10, 121, m)
         use_stock = rng.random(m) < 0.3
@@ -607,14 +668,14 @@ def speed_data(n_train: int, n_eval: int, seed: int = 7):
         out = []
         for i in range(m):
             parts = []
-            budget = int(lengths[i])
-            if use_stock[i]:
+            budget = int(lengths[i])  # words in all; what the shared parts leave goes to the body
+            if use_stock[i] and stock_words[stock_idx[i]] + 3 <= budget:
                 parts.append(stock[stock_idx[i]])
-                budget -= len(parts[-1].split())
-            if use_template[i]:
-                parts.append(templates[template_idx[i]].format(*numbers[i][: templates[template_idx[i]].count("{}")]))
-                budget -= len(parts[-1].split())
-            budget = max(budget, 3)
+                budget -= stock_words[stock_idx[i]]
+            t = templates[template_idx[i]]
+            if use_template[i] and template_words[template_idx[i]] + 3 <= budget:
+                parts.append(t.format(*numbers[i][: t.count("{}")]))
+                budget -= template_words[template_idx[i]]
             parts.insert(len(parts) // 2, " ".join(body[offsets[i]: offsets[i] + budget]))
             out.append(" ".join(parts) + "?")
         return out
@@ -630,54 +691,85 @@ def speed_data(n_train: int, n_eval: int, seed: int = 7):
     return train, evals, planted
 
 
+def write_speed_data(folder: str, n_train: int, n_eval: int) -> None:
+    """Run as its own process, so that the measured process starts small."""
+    t0 = time.perf_counter()
+    train, evals, planted = speed_data(n_train, n_eval)
+    lengths = [len(t.split()) for t in train[:20000]]
+
+    def write(name, texts, prefix):
+        pq.write_table(pa.table({"dataset": [f"{prefix}set"] * len(texts),
+                                 "key": [f"{prefix}{i}" for i in range(len(texts))], "text": texts},
+                                schema=RECORD_TEXT_SCHEMA), Path(folder) / name)
+
+    write("train.parquet", train, "t")
+    write("evals.parquet", evals, "e")
+    (Path(folder) / "planted.json").write_text(json.dumps(planted))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "mean_words": sum(lengths) / len(lengths),
+                      "min_words": min(lengths), "max_words": max(lengths)}))
+
+
+def rss_mb(field: str = "VmHWM") -> float:
+    """This process's peak (VmHWM) or current (VmRSS) resident size. VmHWM starts afresh at exec;
+    ru_maxrss, the fallback, keeps the parent's size at fork."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def speed_child(folder: str) -> None:
     train = pq.read_table(Path(folder) / "train.parquet")
     evals = pq.read_table(Path(folder) / "evals.parquet")
+    pa.default_memory_pool().release_unused()  # the reader's buffers, not text_leaks' business
     planted = {tuple(p) for p in json.loads((Path(folder) / "planted.json").read_text())}
     text_leaks(train.slice(0, 2000), evals.slice(0, 500))  # first-call costs, outside the clock
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    before, resident = rss_mb(), rss_mb("VmRSS")
     start = time.perf_counter()
     out = text_leaks(train, evals)
     seconds = time.perf_counter() - start
+    peak = rss_mb()
     found = set(zip(out.column("train_key").to_pylist(), out.column("eval_key").to_pylist()))
     print(json.dumps({"seconds": seconds, "pairs": out.num_rows, "planted": len(planted),
-                      "planted_found": len(planted & found), "rss_before_mb": before,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "planted_found": len(planted & found), "rss_before_mb": before, "resident_mb": resident,
+                      "peak_rss_mb": peak}))
+
+
+def run_child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode:
+        print(out.stderr)
+        raise SystemExit(f"child {args[0]} failed")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def speed(quick: bool) -> None:
     n_train, n_eval = (40_000, 1_000) if quick else (400_000, 10_000)
     print(f"\n2. speed and memory: {n_train:,} train texts x {n_eval:,} eval texts, default settings, 2 cores")
-    t0 = time.perf_counter()
-    train, evals, planted = speed_data(n_train, n_eval)
-    lengths = [len(t.split()) for t in train[:20000]]
-    print(f"  generated in {time.perf_counter() - t0:.1f}s; words per text (first 20k): mean "
-          f"{sum(lengths) / len(lengths):.0f}, min {min(lengths)}, max {max(lengths)}")
     with tempfile.TemporaryDirectory() as folder:
-        def write(name, texts, prefix):
-            pq.write_table(pa.table({"dataset": [f"{prefix}set"] * len(texts),
-                                     "key": [f"{prefix}{i}" for i in range(len(texts))], "text": texts},
-                                    schema=RECORD_TEXT_SCHEMA), Path(folder) / name)
-        write("train.parquet", train, "t")
-        write("evals.parquet", evals, "e")
-        (Path(folder) / "planted.json").write_text(json.dumps(planted))
-        del train, evals
-        out = subprocess.run([sys.executable, __file__, "--speed-child", folder], capture_output=True, text=True)
-        if out.returncode:
-            print(out.stderr)
-            raise SystemExit("speed child failed")
-        res = json.loads(out.stdout.strip().splitlines()[-1])
-    child_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        made = run_child("--write-speed-data", folder, str(n_train), str(n_eval))
+        print(f"  generated in {made['seconds']:.1f}s (own process); words per text (first 20k): mean "
+              f"{made['mean_words']:.0f}, min {made['min_words']}, max {made['max_words']}")
+        res = run_child("--speed-child", folder)
+    peak = res["peak_rss_mb"]
     print(f"  text_leaks: {res['seconds']:.1f}s, {res['pairs']:,} pairs reported, planted copies found "
           f"{res['planted_found']}/{res['planted']}")
-    print(f"  peak RSS of the child: {child_peak:.0f} MB (inputs loaded and imports: {res['rss_before_mb']:.0f} MB)")
+    print(f"  peak RSS of the measuring process: {peak:.0f} MB (resident when the call began, imports and "
+          f"inputs: {res['resident_mb']:.0f} MB; peak before it, reading the Parquet files: "
+          f"{res['rss_before_mb']:.0f} MB)")
     print(f"  goal: <= {GOAL_SECONDS:.0f}s {'MET' if res['seconds'] <= GOAL_SECONDS else 'NOT MET'}; "
-          f"< {GOAL_RSS_MB / 1024:.1f} GB {'MET' if child_peak < GOAL_RSS_MB else 'NOT MET'}")
+          f"< {GOAL_RSS_MB / 1024:.1f} GB {'MET' if peak < GOAL_RSS_MB else 'NOT MET'}")
 
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--speed-child":
         speed_child(sys.argv[2])
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "--write-speed-data":
+        write_speed_data(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="40k x 1k for the speed part")
