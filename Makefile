@@ -39,6 +39,8 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_dedupe_quality.py
 	$(UV) run --frozen python tests/benchmarks/bench_verify.py
 	$(UV) run --frozen python tests/benchmarks/bench_review.py
+	$(UV) run --frozen python tests/benchmarks/bench_text_leaks.py
+	$(UV) run --frozen python tests/benchmarks/bench_record_leaks.py
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 
 validate: bootstrap
