@@ -63,6 +63,13 @@ def referential_integrity(con) -> CheckOutcome:
             where not exists (select 1 from image_hashes h where h.dataset = x.train_dataset and h.image_key = x.train_image_key)
                or not exists (select 1 from image_hashes h where h.dataset = x.eval_dataset and h.image_key = x.eval_image_key)"""),
     ]
+    if _has(con, "record_contamination"):  # every leak names records its datasets published
+        for d in datasets.DATASETS:
+            key = d.tables()[d.record_table].record_key
+            side = "train" if d.role == "train" else "eval"
+            rules.append((f"{d.name} leak names no {d.record_table} row",
+                          f"""select x.{side}_key from record_contamination x where x.{side}_dataset = '{d.name}'
+                              and not exists (select 1 from {d.record_table} r where r.{key}::varchar = x.{side}_key)"""))
     bad = _violations(con, rules)
     return CheckOutcome("referential_integrity", not bad, ERROR, {"violations": bad, "rules": len(rules)})
 

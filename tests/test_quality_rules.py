@@ -64,6 +64,21 @@ def test_dangling_image_reference_fails_referential_integrity(tables):
     assert out.blocks and out.details["violations"]["response image not in inventory"]["sample"] == ["nowhere_0.jpg"]
 
 
+def test_a_leak_naming_no_record_fails_referential_integrity_and_leaks_are_counted_per_class(tables):
+    leaks = tables["record_contamination"]
+    sanity = rules.dedupe_sanity(rules.connect(tables), Q).details
+    counts = {}
+    for r in leaks.to_pylist():
+        counts[r["leak"]] = counts.get(r["leak"], 0) + 1
+    assert sanity["record_leaks_by_class"] == {c: counts.get(c, 0) for c in ("text", "image", "full")}
+    assert counts.get("text") and counts.get("full")  # the sample plants both
+    keys = leaks["eval_key"].to_pylist()
+    keys[0] = "VLRB_9999"
+    out = rules.referential_integrity(rules.connect({**tables, "record_contamination": replace_column(leaks, "eval_key", keys)}))
+    (name,) = [n for n in out.details["violations"]]
+    assert out.blocks and "leak names no" in name and out.details["violations"][name]["sample"] == ["VLRB_9999"]
+
+
 def test_drift_on_row_counts_and_unchanged_data(tables):
     con = rules.connect(tables)
     counts = {t: v.num_rows for t, v in tables.items()}
