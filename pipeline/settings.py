@@ -53,6 +53,10 @@ def data_root() -> Path:
 DEFAULT_MAX_DISTANCE = 8
 # How a train record copies an eval record (pipeline/decontam/records.py): by its text, a picture, or both.
 LEAK_CLASSES = ("text", "image", "full")
+# Text matching's defaults (pipeline/decontam/text.py's TextMatchSettings, where each is explained;
+# chosen on the tuning half of tests/benchmarks/bench_text_leaks.py). Here so that the release id
+# takes the values in force without importing the matcher.
+TEXT_MATCH_DEFAULTS = {"ngram": 12, "min_overlap": 0.9, "stock_records": 25, "sibling_margin": 0.02}
 # The largest near-duplicate radius: beyond half the bits nothing is a near duplicate, and the
 # candidate search would be quadratic.
 MAX_DEDUPE_DISTANCE = 32
@@ -224,8 +228,8 @@ class Settings:
             "export_keep_duplicates": self.export_keep_duplicates,
             "export_keep_contaminated": self.export_keep_contaminated,
             "export_keep_leaks": sorted(self.export_keep_leaks),
-            **{name: getattr(self, name) for name in ("text_ngram", "text_min_overlap", "text_stock_records",
-                                                       "text_sibling_margin") if getattr(self, name) is not None},
+            "text_match": {k: v if getattr(self, f"text_{k}") is None else getattr(self, f"text_{k}")
+                           for k, v in TEXT_MATCH_DEFAULTS.items()},
             "quality": asdict(self.quality),
             # The roots by name; what they hold (`image_roots_signature`) is read once, by the step
             # that reads them, and reaches the release id through its output.

@@ -65,6 +65,8 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
+from pipeline.settings import TEXT_MATCH_DEFAULTS  # the values, with the release id's view of them
+
 RECORD_TEXT_SCHEMA = pa.schema([("dataset", pa.string()), ("key", pa.string()), ("text", pa.string())])
 
 TEXT_LEAK_SCHEMA = pa.schema([
@@ -89,17 +91,17 @@ class TextMatchSettings:
     # Word n-gram size. Long n-grams keep template siblings apart: every n-gram that touches a
     # changed number or label is lost. The price: a text with a typo or an extra word in a
     # short question (< 2n words) falls below min_overlap, and texts under n words match only whole.
-    ngram: int = 12
+    ngram: int = TEXT_MATCH_DEFAULTS["ngram"]
     # A sibling that differs in a single slot word near the end of the text still covers
     # (words - 1) / words of it; a lower threshold finds typo copies but reports those siblings.
-    min_overlap: float = 0.9
+    min_overlap: float = TEXT_MATCH_DEFAULTS["min_overlap"]
     # Above the repeats of one real question (rollouts: up to 2 x 8 train records plus the eval
     # record in the bench), below the record count of generic prompts (30 and up in the bench, far
     # more in real training sets).
-    stock_records: int = 25
+    stock_records: int = TEXT_MATCH_DEFAULTS["stock_records"]
     # Keep only right records nearly as well covered as the best: a sibling that differs in one
     # choice (36 of 37 words, 0.973) goes when the real source (1.0) is there.
-    sibling_margin: float = 0.02
+    sibling_margin: float = TEXT_MATCH_DEFAULTS["sibling_margin"]
 
 
 # Texts per batch: bounds the converted input and the exploded word frame (~65 words a text).
