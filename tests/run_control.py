@@ -21,7 +21,8 @@ CLI = Path(sys.executable).with_name("rewardhouse")
 STEPS = (
     "mmrb2_raw", "visualprm_raw", "vlrb_raw", "mmrb2_annotations", "mmrb2_annotations_mmrb2_pairs_well_formed",
     "visualprm_samples", "vlrb_pairs", "visualprm_images",
-    "mmrb2_task_images", "mmrb2_images", "image_hashes", "image_dedupe", "visualprm_export", "release_candidate",
+    "mmrb2_task_images", "mmrb2_images", "image_hashes", "image_dedupe", "record_contamination", "visualprm_export",
+    "release_candidate",
     "release_gx_suites", "release_rules", "dedupe_review", "warehouse_release",
 )
 
