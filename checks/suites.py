@@ -78,7 +78,7 @@ def suite_tables() -> tuple[str, ...]:
 
 
 def columns(table: str, quality: QualitySettings = QualitySettings()) -> dict[str, str]:
-    """The README "Tables" contract of one table: every column and its kind (matched exactly)."""
+    """The docs/tables.md contract of one table: every column and its kind (matched exactly)."""
     return table_contracts(quality)[table].columns
 
 
@@ -128,7 +128,7 @@ def _schema_expectations(contract: TableContract) -> list:
     import great_expectations.expectations as gxe
 
     out = [gxe.ExpectTableColumnsToMatchSet(column_set=list(contract.columns), exact_match=True,
-                                            notes="README 'Tables' contract: columns may be added there, never renamed")]
+                                            notes="docs/tables.md contract: columns may be added there, never renamed")]
     out += [gxe.ExpectColumnValuesToBeInTypeList(column=c, type_list=_TYPE_LISTS[kind]) for c, kind in contract.columns.items()]
     return out
 

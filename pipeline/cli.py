@@ -269,7 +269,9 @@ def _leak_lines(result) -> list[str]:
         md = metadata(spec.export_asset)
         if not md:
             continue
-        left = [f"{k[len('removed_'):].replace('_leak_of_', ' leak of ')} {v}" for k, v in md.items()
+        order = {c: i for i, c in enumerate(("full", "image", "text"))}
+        left = [f"{k[len('removed_'):].replace('_leak_of_', ' leak of ')} {v}"
+                for k, v in sorted(md.items(), key=lambda kv: (order.get(kv[0][len("removed_"):].split("_")[0], 9), kv[0]))
                 if "_leak_of_" in k and v]
         lines.append(f"{spec.name} training export: {md.get('rows', 0)} rows; left out for leaks: "
                      f"{md.get('removed_contaminated', 0)} ({', '.join(left) or 'none'}), duplicates "

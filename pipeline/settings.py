@@ -88,7 +88,7 @@ class QualitySettings:
     """Bounds the release gate checks against, declared here once: each is a field of the
     `rewardhouse` resource of the same name (a (low, high) pair as name_min / name_max), so the
     launchpad and `--set` reach it. The label defaults follow the upstream facts (about 10%
-    negative steps, 1..16 steps per sample); see README "Quality checks"."""
+    negative steps, 1..16 steps per sample); see docs/quality.md."""
 
     max_steps: int = 16
     ratings: tuple[int, int] = (1, 6)  # MMRB2 human ratings of t2i/edit/interleaved pairs
@@ -120,7 +120,7 @@ class Settings:
     keep_releases: int = 0  # 0 keeps every release queryable
     # VisualPRM raw form: a step is "+" iff its Monte-Carlo score is above this (upstream: 0.0).
     prm_label_threshold: float = 0.0
-    # Near-duplicate radius in pHash bits (64-bit hashes); see README "Dedupe" for the measurements.
+    # Near-duplicate radius in pHash bits (64-bit hashes); see docs/dedupe.md for the measurements.
     dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
     workers: int = 0  # processes for hashing; 0 = every core
     # Where the image work runs: "local" (the process pool) or "ray" (the cluster at ray_address,
