@@ -209,7 +209,10 @@ def paused_run(disk: Disk, where: str) -> subprocess.Popen:
     """`rewardhouse run` in the namespace, pausing `where` ("before"/"after") its publish."""
     proc = subprocess.Popen(disk.command(sys.executable, str(REPO / "tests" / "paused_run.py"), where),
                             env=disk.env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # as from a terminal: SIGINT/SIGTERM not ignored (a background job's are)
+                            preexec_fn=lambda: (signal.signal(signal.SIGINT, signal.SIG_DFL),
+                                                signal.signal(signal.SIGTERM, signal.SIG_DFL)))
     assert proc.stdout.readline().strip() == f"paused {where} publish", proc.communicate(timeout=60)[1][-3000:]
     return proc
 

@@ -62,9 +62,16 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _default_signals() -> None:
+    # As from a terminal: SIGINT not ignored (a suite started as a background job ignores it, and
+    # a child inherits that).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def test_ctrl_c_interrupts_a_running_query(reader_home, tmp_path):
     proc = subprocess.Popen([str(BIN / "rewardhouse"), "sql", "--timeout", "0", RUNAWAY], env=reader_home,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
     spill = tmp_path / "spill"
     try:
         # The reader makes its spill folder just before it connects; then the query burns CPU.
