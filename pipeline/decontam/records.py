@@ -19,6 +19,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from pipeline.decontam.text import RECORD_TEXT_SCHEMA
 from pipeline.settings import LEAK_CLASSES  # noqa: F401  (text | image | full)
 
 RECORD_CONTAMINATION_SCHEMA = pa.schema([
@@ -60,13 +61,12 @@ def dataset_records(dataset: str, text_sql: str | None, images_sql: str | None,
                 con.execute(f'create view "{name}" as select * from read_parquet(\'{quoted}\')')
         texts = (con.sql(f"select ?::varchar as dataset, record::varchar as key, text::varchar as text "
                          f"from ({text_sql}) where text is not null", params=[dataset]).to_arrow_table()
-                 if text_sql else pa.table({"dataset": [], "key": [], "text": []}))
+                 if text_sql else RECORD_TEXT_SCHEMA.empty_table())
         images = (con.sql(f"select distinct ?::varchar as dataset, image_key::varchar as image_key, "
                           f"record::varchar as record from ({images_sql}) where image_key is not null",
                           params=[dataset]).to_arrow_table()
                   if images_sql else RECORD_IMAGES_SCHEMA.empty_table())
-        text_schema = pa.schema([("dataset", pa.string()), ("key", pa.string()), ("text", pa.string())])
-        return texts.cast(text_schema), images.cast(RECORD_IMAGES_SCHEMA)
+        return texts.cast(RECORD_TEXT_SCHEMA), images.cast(RECORD_IMAGES_SCHEMA)
     finally:
         con.close()
 

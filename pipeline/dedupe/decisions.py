@@ -353,23 +353,6 @@ def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters:
     ).to_arrow_table()
 
 
-def contaminated_by(samples: pa.Table, contamination: pa.Table, train_dataset: str = "visualprm") -> dict[str, np.ndarray]:
-    """Eval set -> a boolean mask over `samples`: the samples with an image that copies an image of
-    that eval set (a sample may be contaminated by several)."""
-    import pyarrow.compute as pc
-
-    refs = samples["image_refs"].combine_chunks() if samples.num_rows else pa.array([], pa.list_(pa.string()))
-    flat, parent = pc.list_flatten(refs), pc.list_parent_indices(refs).to_numpy(zero_copy_only=False)
-    out = {}
-    for eval_set in sorted(set(contamination["eval_dataset"].to_pylist())):
-        mine = pc.and_(pc.equal(contamination["eval_dataset"], eval_set), pc.equal(contamination["train_dataset"], train_dataset))
-        hit = pc.is_in(flat, value_set=pc.filter(contamination["train_image_key"], mine).combine_chunks())
-        mask = np.zeros(samples.num_rows, bool)
-        mask[parent[hit.to_numpy(zero_copy_only=False)]] = True
-        out[eval_set] = mask
-    return out
-
-
 def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.ndarray:
     """The thumbnails of a staged signatures file as a memory-mapped (rows, THUMB_BYTES) uint8 array,
     written batch by batch (memory: one batch; the engine pages in what it verifies)."""
