@@ -73,7 +73,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
     def compute():
-        rows = pq.read_table(signatures, columns=[c for c in SIGNATURE_SCHEMA.names if c != "thumb"])
+        rows = pq.read_table(signatures, columns=[c for c in SIGNATURE_SCHEMA.names if c not in ("thumb", "fine")])
         thumbs = thumb_file(signatures, out / "internal" / "thumbs.npy")
         start = time.perf_counter()
         clusters, contamination, result = find_duplicates(rows, settings.dedupe_max_distance, thumbs=thumbs,

@@ -102,6 +102,29 @@ def text_page(seed: int) -> Image.Image:
     return im
 
 
+def table(seed: int, rows: int = 6) -> Image.Image:
+    """A small table on a white page: one header and layout for every seed, other words and
+    numbers in the cells, the text 8 px high (under 3 px in a 128 px signature, 5-6 px at 256)."""
+    rng = random.Random(seed)
+    im = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(im)
+    x0, y0, cw, rh = 100, 90, 70, 22
+    d.rectangle((x0, y0, x0 + 4 * cw, y0 + rh), fill=(190, 190, 225))
+    for c, head in enumerate(("Item", "Omega", "Apples", "Total")):
+        d.text((x0 + c * cw + 20, y0 + 2), head, fill="white", font=font(8))
+    for r in range(1, rows + 1):
+        if r % 2 == 0:
+            d.rectangle((x0, y0 + r * rh, x0 + 4 * cw, y0 + (r + 1) * rh), fill=(238, 238, 238))
+        cells = [rng.choice(WORDS)] + [str(rng.randint(1, 9999)) for _ in range(3)]
+        for c, text in enumerate(cells):
+            d.text((x0 + c * cw + 14, y0 + r * rh + 2), text, fill="black", font=font(8))
+    for r in range(rows + 2):
+        d.line((x0, y0 + r * rh, x0 + 4 * cw, y0 + r * rh), fill=(120, 120, 120))
+    for c in range(5):
+        d.line((x0 + c * cw, y0, x0 + c * cw, y0 + (rows + 1) * rh), fill=(120, 120, 120))
+    return im
+
+
 # ---- edits -----------------------------------------------------------------------------------
 
 

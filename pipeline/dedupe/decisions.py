@@ -54,6 +54,7 @@ SIGNATURE_SCHEMA = pa.schema(
         ("chroma_cb", pa.float32()),
         ("chroma_cr", pa.float32()),
         ("thumb", pa.binary(THUMB_BYTES)),
+        ("fine", pa.binary()),  # images with a plain background: the 256 px luma, compressed (fine.py); else null
     ]
 )
 
@@ -66,7 +67,7 @@ def hashes_table(dataset: str, hashed: list[HashedImage], sizes: dict[str, int])
           "width": h.width, "height": h.height, "bytes": sizes.get(h.key), "crop_hash": h.crop_hash,
           "top_hash": h.top_hash, "bottom_hash": h.bottom_hash,
           "flat": is_flat(np.frombuffer(h.thumb, np.uint8)), "chroma_cb": h.chroma_cb, "chroma_cr": h.chroma_cr,
-          "thumb": h.thumb} for h in hashed if h.error is None],
+          "thumb": h.thumb, "fine": h.fine} for h in hashed if h.error is None],
         schema=SIGNATURE_SCHEMA,
     )
 
@@ -100,18 +101,43 @@ CONTAMINATION_SCHEMA = pa.schema(
 
 
 class ThumbColumn:
-    """`thumbs[rows]` over a table's fixed-size binary thumbnail column."""
+    """`thumbs[rows]` over a table's fixed-size binary thumbnail column; `thumbs.fine(rows)` the
+    packed 256 px lumas of the second look (None where an image has none) from its `fine` column."""
 
-    def __init__(self, column: pa.ChunkedArray | pa.Array):
+    def __init__(self, column: pa.ChunkedArray | pa.Array, fine: pa.ChunkedArray | pa.Array | None = None):
         arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         if arr.null_count:
             raise ValueError("thumbnail column has nulls")
         width = arr.type.byte_width
         self.data = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
         self.data = self.data.reshape(len(arr), width)
+        self._fine = fine
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
         return self.data[rows]
+
+    def fine(self, rows: np.ndarray) -> list:
+        if self._fine is None:
+            return [None] * len(rows)
+        return [self._fine[int(r)].as_py() for r in rows]
+
+
+class ThumbFile:
+    """The same over files written from a staged signatures file (thumb_file): the thumbnails as
+    one memory-mapped array, the packed 256 px lumas one after the other with their offsets."""
+
+    def __init__(self, thumbs: np.ndarray, fine: np.ndarray, offsets: np.ndarray):
+        self.thumbs, self._fine, self._offsets = thumbs, fine, offsets
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return self.thumbs[rows]
+
+    def fine(self, rows: np.ndarray) -> list:
+        out = []
+        for r in np.asarray(rows, np.int64):
+            lo, hi = self._offsets[r], self._offsets[r + 1]
+            out.append(self._fine[lo:hi].tobytes() if hi > lo else None)
+        return out
 
 
 _CONTAMINATION_SQL = """
@@ -169,7 +195,9 @@ def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None, 
     `rule` (verify.Rule) defaults to verify.DEFAULT_RULE."""
     from pipeline.dedupe.verify import DEFAULT_RULE
 
-    return dedupe(signatures, thumbs if thumbs is not None else ThumbColumn(signatures["thumb"]), max_distance, stop,
+    if thumbs is None:
+        thumbs = ThumbColumn(signatures["thumb"], signatures["fine"] if "fine" in signatures.column_names else None)
+    return dedupe(signatures, thumbs, max_distance, stop,
                   forced, rule or DEFAULT_RULE)
 
 
@@ -353,9 +381,10 @@ def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters:
     ).to_arrow_table()
 
 
-def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.ndarray:
+def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> ThumbFile:
     """The thumbnails of a staged signatures file as a memory-mapped (rows, THUMB_BYTES) uint8 array,
-    written batch by batch (memory: one batch; the engine pages in what it verifies)."""
+    and its packed 256 px lumas (`fine`) one after the other with (rows + 1) offsets, written
+    batch by batch beside `out` (memory: one batch; the engine pages in what it verifies)."""
     import os
     import uuid
 
@@ -364,18 +393,33 @@ def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> np.nd
     f = pq.ParquetFile(signatures_path)
     rows = f.metadata.num_rows
     width = THUMB_BYTES
-    tmp = out.with_name(f".{out.stem}.{uuid.uuid4().hex[:8]}.npy")
     out.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp = out.with_name(f".{out.stem}.{tag}.npy")
+    fine_out, offsets_out = out.with_name(f"{out.stem}.fine.bin"), out.with_name(f"{out.stem}.fine.offsets.npy")
+    fine_tmp = fine_out.with_name(f".{fine_out.name}.{tag}")
     arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(rows, width))
+    offsets = np.zeros(rows + 1, np.int64)
+    has_fine = "fine" in f.schema_arrow.names
     at = 0
-    for batch in f.iter_batches(batch_size=batch_rows, columns=["thumb"]):
-        part = ThumbColumn(batch.column(0)).data
-        arr[at:at + len(part)] = part
-        at += len(part)
+    with open(fine_tmp, "wb") as blob:
+        for batch in f.iter_batches(batch_size=batch_rows, columns=["thumb", "fine"] if has_fine else ["thumb"]):
+            part = ThumbColumn(batch.column(0)).data
+            arr[at:at + len(part)] = part
+            fine = batch.column(1).to_pylist() if has_fine else [None] * len(part)
+            for k, b in enumerate(fine):
+                if b:
+                    blob.write(b)
+                offsets[at + k + 1] = offsets[at + k] + (len(b) if b else 0)
+            at += len(part)
     arr.flush()
     del arr
+    np.save(offsets_out.with_name(f".{offsets_out.name}.{tag}"), offsets)
+    os.replace(fine_tmp, fine_out)
+    os.replace(offsets_out.with_name(f".{offsets_out.name}.{tag}.npy"), offsets_out)
     os.replace(tmp, out)
-    return np.load(out, mmap_mode="r")
+    fine_map = np.memmap(fine_out, np.uint8, mode="r") if offsets[-1] else np.zeros(0, np.uint8)
+    return ThumbFile(np.load(out, mmap_mode="r"), fine_map, offsets)
 
 
 NEAR_MISSES = 1000  # rejected candidate pairs kept for review (dedupe_near_misses), best scores first

@@ -19,7 +19,8 @@ sample dedupe that reads those clusters, and `rewardhouse dedupe DIR`):
    A hash with fewer than DEGENERATE_BITS bits set (the pHash of a flat region: every AC
    coefficient ~0, all tied at the median) stays out of its route: it would match every other.
 3. **Verification** (verify.py) of every candidate pair on the thumbnails: accepted as near, crop
-   or overlay with a score, or rejected.
+   or overlay with a score, or rejected; what it accepts between two images with a plain
+   background is looked at again at 256 px (fine.py), which may refuse it.
 4. **Clusters without chaining.** Connected components of the accepted pairs are only a start:
    each component's canonical image is chosen (clusters.py's rule), and a node joins the cluster
    only if its pair with the canonical is accepted, by the search or by a verification made
@@ -38,9 +39,9 @@ import pyarrow as pa
 
 from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_components
 from pipeline.dedupe.search import near_pairs
-from pipeline.dedupe.verify import DEFAULT_RULE, Rule, compare
+from pipeline.dedupe.verify import DEFAULT_RULE, Rule, compare, second_look_refuses
 
-ENGINE_VERSION = "7"  # bump when a decision can change: part of the staged result's key
+ENGINE_VERSION = "8"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
 MAX_CANDIDATES_PER_IMAGE = 16  # nearest candidates kept per image (crowded look-alikes; see _nearest)
 BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies
@@ -48,7 +49,9 @@ ROUTES = ("phash", "crop", "top", "bottom")
 
 
 class Thumbs(Protocol):
-    def __getitem__(self, rows: np.ndarray) -> np.ndarray: ...  # (k, 4096) uint8
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray: ...  # (k, THUMB_BYTES) uint8
+
+    # optional: fine(rows) -> the packed 256 px lumas of the second look (fine.py), None where none
 
 
 @dataclass
@@ -162,7 +165,13 @@ def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None
         v = compare(thumbs[a[sl]], thumbs[b[sl]],
                     *((aspect[a[sl]], aspect[b[sl]]) if aspect is not None else (None, None)),
                     *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)), rule=rule)
-        accepted[sl], kind[sl], score[sl] = v.accepted, v.kind, v.score
+        ok, k = v.accepted.copy(), v.kind.copy()
+        if hasattr(thumbs, "fine") and ok.any():  # the second look (fine.py) at what the first accepted
+            idx = np.flatnonzero(ok)
+            refused = second_look_refuses(thumbs.fine(a[sl][idx]), thumbs.fine(b[sl][idx]), v.align[idx], rule)
+            ok[idx[refused]] = False
+            k[idx[refused]] = None
+        accepted[sl], kind[sl], score[sl] = ok, k, v.score
     return accepted, kind, score
 
 
@@ -304,6 +313,11 @@ class _NodeThumbs:
         out = np.empty((len(rows), self.thumbs[rows[:1]].shape[-1] if len(rows) else 0), np.uint8)
         out[order] = np.asarray(self.thumbs[rows[order]])
         return out
+
+    def fine(self, nodes: np.ndarray) -> list:
+        if not hasattr(self.thumbs, "fine"):
+            return [None] * len(nodes)
+        return self.thumbs.fine(self.rep[np.asarray(nodes, np.int64)])
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,8 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
     candidate = min(d.values()) <= max_distance
     if not candidate:
         lines.append("not a candidate: no route within the radius")
-    e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr))
+    e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr),
+                fine_a=ha.fine, fine_b=hb.fine)
     r = e["rule"]
     al = e["alignment"]
     searched = ((f"fitted (refused at the whole frame): a's x {al[0]:.3f}-{al[1]:.3f}, y {al[2]:.3f}-{al[3]:.3f} "
@@ -152,10 +153,22 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                  + (f"; its inside flat in both images {e['flat'] * 100:.0f} % (<= {r.flat_max * 100:g} %, or edges "
                     f"over {e['edges'] * 100:.2f} % of the frame >= {r.edges_min * 100:g} %)" if e["region"] else "")
                  + f"; score {e['score']:.4f}")
+    look = e["second_look"]
+    if look is not None:
+        lines.append(f"second look at 256 px (both have a plain background): {look['stray_cells']} differing 8 px cells "
+                     f"outside the one region (refused at >= {look['refuses_at']}), {look['differing_cells']} in all, "
+                     f"{look['differing'] * 100:.2f} % of the frame"
+                     + ("; the alignment refined there" if look["alignment_refined"] else ""))
+    elif any(h.fine is None for h in (ha, hb)):
+        lines.append("second look: none (" + ("neither has" if ha.fine is None and hb.fine is None else "one has no")
+                     + " plain background: a photo keeps the first look's verdict)")
     if e["accepted"]:
         how = {"near": "the same pixels over the whole frame", "crop": f"the same pixels, cropped {e['crop_per_side'] * 100:.1f} %",
                "overlay": f"the same pixels but inside {e['region']}"}
         lines.append(f"accepted as {e['kind']}: {how[e['kind']]}")
+    elif look is not None and look["stray_cells"] >= look["refuses_at"]:
+        lines.append(f"rejected by the second look (the first accepted it as {e['first_look_kind']}): other "
+                     "content in scattered places that 128 px does not resolve")
     else:
         lines.append("rejected by verification")
     duplicate = candidate and e["accepted"]

@@ -58,6 +58,7 @@ import os
 import signal
 import time
 import zipfile
+import zlib
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -105,6 +106,7 @@ class HashedImage:
     top_hash: int | None = None
     bottom_hash: int | None = None
     thumb: bytes | None = None  # THUMB_BYTES: luma 64x64, then Cb 32x32, then Cr 32x32 (verify.split_signature)
+    fine: bytes | None = None  # images with a plain background: the 256 px luma, compressed (fine.py)
     chroma_cb: float | None = None  # mean chroma (Cb - 128, Cr - 128): the image's overall hue
     chroma_cr: float | None = None
 
@@ -226,11 +228,42 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
                 hashes = phash(grey), dhash(grey)
                 detail = Image.fromarray(thumbnail(grey, DETAIL_SIDE))
             thumb = thumbnail(detail)
+            fine = None
+            if has_background(np.asarray(detail)):
+                full = fmt != "JPEG" or min(grey.size) >= min(FINE_SIDE, width, height)
+                fine = pack_fine(thumbnail(grey if full else _jpeg_grey(data, max_pixels), FINE_SIDE))
         sig = np.concatenate([np.asarray(detail).ravel(), cb.ravel(), cr.ravel()]).tobytes()
         mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
-        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), sig, mean_cb, mean_cr)
+        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), sig, fine, mean_cb, mean_cr)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
+
+
+FINE_SIDE = 256  # the second look's luma (fine.py), for images with a plain background
+
+
+def pack_fine(luma: np.ndarray) -> bytes:
+    """The fine luma as stored (fine.unpack reads it): zlib at its fast level, about 7.5 KB for a chart."""
+    return zlib.compress(np.ascontiguousarray(luma, np.uint8).tobytes(), 1)
+
+
+BG_TOL = 10  # grey levels from the border's median that count as background (kernels.BG_TOL)
+BG_MIN = 0.25  # ... over at least this share of the frame: a plain background (kernels.BG_MIN)
+
+
+def has_background(luma: np.ndarray) -> bool:
+    """Does a (side, side) luma have a plain background (a chart, a page, a diagram), the border's
+    median grey over at least BG_MIN of the frame? Such images get the 256 px second look."""
+    border = np.concatenate([luma[0], luma[-1], luma[1:-1, 0], luma[1:-1, -1]]).astype(np.int32)
+    bg = np.median(border)
+    return bool((np.abs(luma.astype(np.int32) - bg) <= BG_TOL).mean() >= BG_MIN)
+
+
+def _jpeg_grey(data: bytes, max_pixels: int | None) -> Image.Image:
+    """A JPEG's grey decoded again at >= FINE_SIDE px a side (the first decode stops at DETAIL_SIDE)."""
+    with open_image(data, max_pixels) as im:
+        im.draft("L", (FINE_SIDE, FINE_SIDE))
+        return _grey(im)
 
 
 _NEUTRAL = np.full((CHROMA_SIDE, CHROMA_SIDE), 128, np.uint8)

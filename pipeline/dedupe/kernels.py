@@ -316,9 +316,12 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
         outside = (count - n) / (s * s - k * s)
         if inside >= STRIP_DENSER * outside and inside > dense:
             dense_edge, dense = edge, inside
-        fx, fy = _strip_flat(x, edge, k), _strip_flat(y, edge, k)
-        if max(fx, fy) >= STRIP_FLAT and abs(fx - fy) >= STRIP_FLAT_GAP and abs(fx - fy) > gap:
-            flat_edge, gap = edge, abs(fx - fy)
+        # a bar 10-20 % high is read on a strip of its own height (on the whole quarter it is too
+        # little of the strip to call it flat); the refit leaves out the whole quarter either way
+        for kf in (max(1, s // 10), max(1, (3 * s) // 20), max(1, s // 5), k):
+            fx, fy = _strip_flat(x, edge, kf), _strip_flat(y, edge, kf)
+            if max(fx, fy) >= STRIP_FLAT and abs(fx - fy) >= STRIP_FLAT_GAP and abs(fx - fy) > gap:
+                flat_edge, gap = edge, abs(fx - fy)
     for best in (dense_edge, flat_edge):
         if best >= 0:
             out, count = _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, best, k)
@@ -539,7 +542,8 @@ def _flat_inside(xa, xb, diff, y0, y1, x0, x1):
 
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
-               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, banner, res_f, res_box):
+               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, banner, photo_fill, res_f,
+               res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
@@ -558,7 +562,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     else:
         bga, bgb = background(xa, *envelope(xa, 2)), background(xb, *envelope(xb, 2))
     _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, res_f, res_box)
+            flat_max, edges_min, band_max, banner, photo_fill, res_f, res_box)
     ba, ca = _coloured(cba, cra)
     bb, cb = _coloured(cbb, crb)
     # Colour only adds differing pixels: a pair whose luma already differs over too large a region,
@@ -585,12 +589,12 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                         added = True
     if added:
         _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-                flat_max, edges_min, band_max, banner, res_f, res_box)
+                flat_max, edges_min, band_max, banner, photo_fill, res_f, res_box)
 
 
 @njit(**_JIT)
 def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, res_f, res_box):
+            flat_max, edges_min, band_max, banner, photo_fill, res_f, res_box):
     """The verdict on a residual map (verify.py's module docstring, step 3) into res_f and res_box."""
     cpx = side // CELLS
     cell_min = max(1, -(-cell_min_64 * cpx * cpx // 64))
@@ -660,7 +664,10 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
     # a line of text laid over the picture (a watermark) differs over little of its box: a band at
     # most band_max of the side high and at least twice as wide needs no fill
     band = any_cell and ty1 - ty0 <= band_max * side and tx1 - tx0 >= 2 * (ty1 - ty0)
-    covers = hidden <= hidden_small or fill >= fill_min or band
+    # a photo (no plain background in either image: all of it is content) needs no fill when
+    # `photo_fill` is off: thin letters over a band of a picture differ over little of it
+    photo = content_px == side * side
+    covers = hidden <= hidden_small or fill >= fill_min or band or (photo and not photo_fill)
     # a banner (the region spans the frame's width at its top or bottom, or its height at a side)
     # is put over the picture, never a bar grown or a slice turned: when `banner`, it may be flat
     y0, y1, x0, x1 = res_box[0], res_box[1], res_box[2], res_box[3]
@@ -678,14 +685,14 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
-    flat_max, edges_min, contrast_full, band_max, banner) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 14 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+    flat_max, edges_min, contrast_full, band_max, banner, photo_fill) with shift in pixels (quarters of one)."""
+    if params.shape[0] != 15 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
         raise ValueError("judge_pairs: params (14), res_f (pairs, 10) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
                    int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
-                   params[10], params[11], params[12], params[13] > 0, res_f[k], res_box[k])
+                   params[10], params[11], params[12], params[13] > 0, params[14] > 0, res_f[k], res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------
@@ -695,18 +702,25 @@ HUBER = 8.0  # grey levels: residuals beyond this weigh less (an overlay does no
 
 
 @njit(**_JIT)
-def _smooth_half(x):
-    """(s, s) -> (s/2, s/2) float32: 2x2 means after a [1, 2, 1] / 4 blur along both axes."""
+def blur121(x, out):
+    """One [1, 2, 1] / 4 pass along both axes of a float32 (s, s) image (the edges repeat) into out."""
     s = x.shape[0]
     t = np.empty((s, s), np.float32)
     for i in range(s):
         up, down = max(i - 1, 0), min(i + 1, s - 1)
         for j in range(s):
             t[i, j] = 0.25 * x[up, j] + 0.5 * x[i, j] + 0.25 * x[down, j]
-    u = np.empty((s, s), np.float32)
     for i in range(s):
         for j in range(s):
-            u[i, j] = 0.25 * t[i, max(j - 1, 0)] + 0.5 * t[i, j] + 0.25 * t[i, min(j + 1, s - 1)]
+            out[i, j] = 0.25 * t[i, max(j - 1, 0)] + 0.5 * t[i, j] + 0.25 * t[i, min(j + 1, s - 1)]
+
+
+@njit(**_JIT)
+def _smooth_half(x):
+    """(s, s) -> (s/2, s/2) float32: 2x2 means after a [1, 2, 1] / 4 blur along both axes."""
+    s = x.shape[0]
+    u = np.empty((s, s), np.float32)
+    blur121(x, u)
     h = s // 2
     out = np.empty((h, h), np.float32)
     for i in range(h):
@@ -1021,7 +1035,10 @@ def warm() -> None:
     lb[0, 40:50, 40:50] = 30
     c = np.full((1, 32, 32), 128, np.uint8)
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
-    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0])
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0, 1.0])
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
+    from pipeline.dedupe import fine  # the second look's kernels
+    big = np.repeat(np.repeat(la, 2, axis=1), 2, axis=2)
+    fine.fine_pairs(big, np.repeat(np.repeat(lb, 2, axis=1), 2, axis=2), al.astype(np.float64), 12.0, 0, np.zeros((1, 6)))

@@ -50,7 +50,10 @@ batches the pairs over the cores.
                   differs, a group hiding more than `hidden_small` of the content differs
                   over at least `fill_min` of what it covers (unless it is a band at most
                   `band_max` of the side high and twice as wide: a line of text laid over
-                  the picture, a watermark, differs over little of its box), and its interior
+                  the picture, a watermark, differs over little of its box; and unless both
+                  images are photos, all content, and `photo_fill` is off: the test keeps a
+                  pie slice turned from passing as a caption, and a photo has no such slices),
+                  and its interior
                   is not flat in both images over more than `flat_max` (unless `edges_min` of the frame inside
                   its box is not flat, or, when `banner`, it spans the frame's width at its top
                   or bottom): one colour there in one image and another in the other is a bar
@@ -59,6 +62,13 @@ batches the pairs over the cores.
        otherwise  refused: a look-alike differs in scattered places across its content (bars of
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
+
+4. **Second look** (fine.py): a pair accepted here whose two images both have a plain background
+   (charts, pages, tables, diagrams: hashing stores their luma at 256 px, compressed) is judged
+   again at 256 px, where text 2 px high at 128 px is legible: after refining the alignment and
+   matching the blur of the sharper image to the other, the differing cells outside the one
+   region are counted, and `fine_stray` of them refuse the pair (other numbers across a table).
+   Photos keep the verdict of steps 1-3.
 
 The parameters (`Rule`) are chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py
 (families of look-alike figures and photos with edited copies) and reported on its held-back half,
@@ -119,6 +129,8 @@ class Rule:
     contrast_full: float = 1.0  # a tone curve keeping less of the contrast than this shrinks the tolerances with it
     band_max: float = 0.0  # a region at most this share of the side high, twice as wide, needs no fill (0: off)
     banner: bool = True  # a region across the frame's width at its top or bottom (or its height at a side) may be flat
+    photo_fill: bool = False  # the fill test applies to photos too (False: only where either image has a plain background)
+    fine_stray: int = 11  # the second look (fine.py): this many differing cells (of 32 x 32) outside the one region refuse
 
 
 DEFAULT_RULE = Rule()
@@ -132,6 +144,8 @@ def tuning_grid() -> list[Rule]:
             (False, True), (8.0, 12.0), (0.5, 0.65), (0.004, 0.01), (0.9, 1.0), (0.01, 1.0), (0.8, 1.0), (0.0, 0.15)):
         out.append(replace(base, banner=banner, luma_tol=luma_tol, fill_min=fill_min, stray_max=stray_max,
                            flat_max=flat_max, edges_min=edges_min, contrast_full=contrast_full, band_max=band_max))
+    # the second look's threshold, around the default (fine.py; its figures barely move with the rest)
+    out += [replace(base, fine_stray=n) for n in (8, 14, 18)] + [replace(base, photo_fill=True)]
     return out
 
 
@@ -182,7 +196,8 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     lb, cbb, crb = split_signature(b)
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
-                       rule.edges_min, rule.contrast_full, rule.band_max, float(rule.banner)], np.float64)
+                       rule.edges_min, rule.contrast_full, rule.band_max, float(rule.banner),
+                       float(rule.photo_fill)], np.float64)
     f = np.zeros((n, 10), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
@@ -199,16 +214,19 @@ class Verdict:
     align: np.ndarray  # float32 (B, 8): that alignment (a_x0, a_x1, a_y0, a_y1, b_x0, b_x1, b_y0, b_y1)
     identity: Identity | None = None  # the residual map's figures at that alignment
     aligned: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was fitted
+    fine: np.ndarray | None = None  # float (B, 6): the second look's figures (fine.fine_pair); NaN: not looked
 
 
 def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
             chroma_a: np.ndarray | None = None, chroma_b: np.ndarray | None = None,
-            rule: Rule = DEFAULT_RULE) -> Verdict:
+            rule: Rule = DEFAULT_RULE, fine_a: list | None = None, fine_b: list | None = None) -> Verdict:
     """Judge pairs of signatures: a and b are (B, THUMB_BYTES) uint8 (hashing.HashedImage.thumb),
     pair i is (a[i], b[i]). Each pair is judged at the whole frame; a pair refused there is aligned
     (module docstring, step 1) and judged again at its alignment. `aspect_*` and `chroma_*` (the
     original's width / height, the mean Cb and Cr) are accepted from the engine's callers but not
-    read: the alignment is fitted on the pixels, and the chroma planes are compared pixel by pixel."""
+    read: the alignment is fitted on the pixels, and the chroma planes are compared pixel by pixel.
+    `fine_*` (hashing.HashedImage.fine, None for an image without): the accepted pairs whose two
+    images both have one get the second look (fine.py), which may refuse them."""
     a = np.asarray(a, np.uint8).reshape(-1, THUMB_BYTES)
     b = np.asarray(b, np.uint8).reshape(-1, THUMB_BYTES)
     n = a.shape[0]
@@ -244,9 +262,16 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
     region = figures.region & (figures.differing >= MIN_OVERLAY)
     kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
+    fine = np.full((n, 6), np.nan)
+    if fine_a is not None and fine_b is not None and accepted.any():
+        from pipeline.dedupe.fine import second_look
+        idx = np.flatnonzero(accepted)
+        fine[idx] = second_look([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx], rule.luma_tol,
+                                rule.fine_stray)
+        accepted = accepted & ~(np.nan_to_num(fine[:, 0], nan=-1.0) >= rule.fine_stray)
     kind[~accepted] = None
     crop[~accepted] = 0.0
-    return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned)
+    return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine)
 
 
 def _aligned(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -301,6 +326,20 @@ def _cascade(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, rows:
     return Identity(**out)
 
 
+def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule = DEFAULT_RULE) -> np.ndarray:
+    """Which of the pairs the first look accepted at `aligns` the second look (fine.py) refuses:
+    both images have a 256 px luma and it differs in `rule.fine_stray` cells or more outside
+    the one region."""
+    if not len(fine_a):
+        return np.zeros(0, bool)
+    from pipeline.dedupe.fine import second_look
+    step = 16  # pairs per thread at a time (a pair costs a few ms)
+    starts = range(0, len(fine_a), step)
+    look = lambda s: second_look(fine_a[s:s + step], fine_b[s:s + step], aligns[s:s + step], rule.luma_tol, rule.fine_stray)  # noqa: E731
+    res = np.concatenate(list(_threads().map(look, starts)) if len(starts) > 1 else [look(0)])
+    return np.nan_to_num(res[:, 0], nan=-1.0) >= rule.fine_stray
+
+
 def _reduce(detail: np.ndarray) -> np.ndarray:
     """(B, 128, 128) uint8 luma -> (B, 64, 64) float32 (2x2 means)."""
     n, f = detail.shape[0], DETAIL_SIDE // SIDE
@@ -315,17 +354,20 @@ def _empty(n: int) -> Identity:
 
 
 def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_b: float | None = None,
-            chroma_a=None, chroma_b=None, rule: Rule = DEFAULT_RULE) -> dict:
+            chroma_a=None, chroma_b=None, rule: Rule = DEFAULT_RULE, fine_a: bytes | None = None,
+            fine_b: bytes | None = None) -> dict:
     """Every number behind the verdict on one pair of signatures, for `rewardhouse dedupe --explain`."""
     aspects = (np.array([aspect_a]), np.array([aspect_b])) if aspect_a and aspect_b else (None, None)
     chromas = (np.array([chroma_a]), np.array([chroma_b])) if chroma_a is not None and chroma_b is not None else (None, None)
-    v = compare(a[None], b[None], *aspects, *chromas, rule=rule)
+    v = compare(a[None], b[None], *aspects, *chromas, rule=rule, fine_a=[fine_a], fine_b=[fine_b])
     la, lb = _reduce(split_signature(a)[0])[0], _reduce(split_signature(b)[0])[0]
     sa, sb = float(la.std()), float(lb.std())
     f = v.identity
+    first = compare(a[None], b[None], *aspects, *chromas, rule=rule)  # without the second look
     out = {
         "accepted": bool(v.accepted[0]),
         "kind": v.kind[0],
+        "first_look_kind": first.kind[0],
         "score": round(float(v.score[0]), 4),
         "crop_per_side": round(float(_crop_of(v.align[0])), 3),
         "aligned": bool(v.aligned[0]),  # refused at the whole frame: an alignment was fitted
@@ -347,5 +389,9 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "stray": round(float(f.stray[0]), 4),
         "flat": round(float(f.flat[0]), 3),
         "edges": round(float(f.edges[0]), 4),
+        "second_look": (None if np.isnan(v.fine[0, 0]) else
+                        {"stray_cells": int(v.fine[0, 0]), "differing_cells": int(v.fine[0, 1]),
+                         "differing": round(float(v.fine[0, 2]), 4), "alignment_refined": bool(v.fine[0, 3]),
+                         "refuses_at": rule.fine_stray}),
     })
     return out

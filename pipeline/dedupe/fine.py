@@ -1,0 +1,239 @@
+"""The second look: pairs accepted on the 128 px signature, judged again on a 256 px luma.
+
+At 128 px the words of a table 400 px wide are 2 px high: two tables of one layout with other
+numbers in the cells differ by less than the half-pixel envelope, and the first look accepts them
+(one compact region, the table itself, or nothing at all). At 256 px the words differ. So every
+pair the first look accepts whose two images both have a plain background (a chart, a page, a
+table, a diagram: hashing.pack_fine stores their 256 px luma, compressed; a photo has none and
+keeps the first look's verdict) is judged again there:
+
+1. **Alignment**: the first look's; when the pair would be refused there, refined at 256 px
+   (kernels._fit, Gauss-Newton on the 128 and 256 px images from the same start) and judged
+   again, the reading with fewer differing pixels standing. A quarter pixel at 64 px is a pixel
+   at 256, and a copy's crop found at 64 px can leave a pixel's shift at 256.
+2. **Blur**: a blurred or resized copy is smoother than its original. The sharper image is
+   blurred by [1 2 1] passes (sigma 0.7 to 2.1 px) until it matches the other best (mean absolute
+   difference after the tone curve, on every other pixel); the smoother is never sharpened.
+3. **Residual map** as the first look's (kernels.differs: tone curve both ways, half-pixel
+   envelope, `luma_tol`), read in cells of 8 px (a cell differs with 3 differing pixels).
+4. **Decision**: the largest group of differing cells (joined one empty cell apart) is the one
+   region a copy may differ in (a caption, a box, a watermark); what differs outside its bounding
+   box are *stray cells*. A look-alike differs in scattered places: other numbers in many cells of
+   a table, other words across a page. `fine_stray` stray cells or more refuse the pair.
+
+`fine_stray` is chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py like the
+first look's parameters and reported on the held-back half.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+from numba import njit
+
+from pipeline.dedupe import kernels as K
+from pipeline.dedupe.hashing import FINE_SIDE
+FINE_GRID = 32  # the residual map is read in FINE_GRID x FINE_GRID cells (8 px at 256)
+FINE_CELL_MIN = 3  # differing pixels that make a cell differ
+BLUR_PASSES = (1, 2, 4, 8)  # [1 2 1] passes tried on the sharper image (sigma sqrt(passes / 2))
+MAX_CROP = 0.15  # kernels.ALIGN_MAX_CROP: a refined alignment that leaves out more is not used
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@njit(**_JIT)
+def _mad(x, table, y):
+    """Mean absolute difference on every other pixel between x mapped by table and y (float32)."""
+    s = x.shape[0]
+    tot = 0.0
+    n = 0
+    for i in range(0, s, 2):
+        for j in range(0, s, 2):
+            v = table[min(255, max(0, np.int32(x[i, j] + 0.5)))]
+            tot += abs(np.float32(v) - y[i, j])
+            n += 1
+    return tot / max(n, 1)
+
+
+@njit(**_JIT)
+def _to_u8(x):
+    s = x.shape[0]
+    out = np.empty((s, s), np.uint8)
+    for i in range(s):
+        for j in range(s):
+            v = np.rint(x[i, j])
+            out[i, j] = 0 if v < 0 else (255 if v > 255 else np.uint8(v))
+    return out
+
+
+@njit(**_JIT)
+def _matched(x, y):
+    """x and y with the sharper blurred to match the other (module docstring, step 2); returns
+    (x', y', passes, which: 0 none, 1 x blurred, 2 y blurred)."""
+    s = x.shape[0]
+    ones = np.ones((s, s), np.bool_)
+    table, _, _ = K.tone_table(x, y, ones, False)  # x's values onto y's
+    xf = x.astype(np.float32)
+    yf = y.astype(np.float32)
+    best = _mad(xf, table, yf)
+    best_p, which = 0, 0
+    for side in (1, 2):
+        cur = (xf if side == 1 else yf).copy()
+        nxt = np.empty((s, s), np.float32)
+        done = 0
+        for p in BLUR_PASSES:
+            while done < p:
+                K.blur121(cur, nxt)
+                cur, nxt = nxt, cur
+                done += 1
+            m = _mad(cur, table, yf) if side == 1 else _mad(xf, table, cur)
+            if m < best:
+                best, best_p, which = m, p, side
+    if which == 0:
+        return x, y, 0, 0
+    cur = (xf if which == 1 else yf).copy()
+    nxt = np.empty((s, s), np.float32)
+    for _ in range(best_p):
+        K.blur121(cur, nxt)
+        cur, nxt = nxt, cur
+    if which == 1:
+        return _to_u8(cur), y, best_p, 1
+    return x, _to_u8(cur), best_p, 2
+
+
+@njit(**_JIT)
+def _residual(la, lb, al, tol):
+    """The residual map of the 256 px pair at alignment al, after the blur match: (map, count,
+    x', y', envelopes)."""
+    xa = K.warp(la, al[0], al[1], al[2], al[3])
+    xb = K.warp(lb, al[4], al[5], al[6], al[7])
+    xa, xb, _, _ = _matched(xa, xb)
+    alo, ahi = K.envelope(xa, 2)
+    blo, bhi = K.envelope(xb, 2)
+    d, n = K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
+    return d, n, xa, xb, alo, ahi, blo, bhi
+
+
+@njit(**_JIT)
+def _refined(la, lb, al):
+    """The alignment al refined at 256 px (module docstring, step 1); (alignment, held)."""
+    sx = (al[1] - al[0]) / max(al[5] - al[4], 1e-6)
+    sy = (al[3] - al[2]) / max(al[7] - al[6], 1e-6)
+    x0 = al[0] - al[4] * sx
+    y0 = al[2] - al[6] * sy
+    p = np.array([x0, x0 + sx, y0, y0 + sy, 1.0, 0.0])
+    fa, fb = la.astype(np.float32), lb.astype(np.float32)
+    out = np.zeros(8)
+    if not K._fit(K._smooth_half(fa), K._smooth_half(fb), p, 2) or not K._fit(fa, fb, p, 2):
+        return out, False
+    K._span(p[0], p[1], out, 0)
+    K._span(p[2], p[3], out, 2)
+    if max(out[0], 1 - out[1], out[2], 1 - out[3], out[4], 1 - out[5], out[6], 1 - out[7]) > MAX_CROP:
+        return out, False
+    return out, True
+
+
+@njit(**_JIT)
+def _stray(d, content):
+    """(stray cells, differing cells, hidden, fill) of a residual map (module docstring, step 4):
+    hidden, the share of the content (pixels not the plain background in either image) inside
+    the region's bounding box; fill, the share of that content which differs."""
+    s = d.shape[0]
+    g = FINE_GRID
+    cp = s // g
+    counts = np.zeros((g, g), np.int32)
+    for i in range(s):
+        for j in range(s):
+            if d[i, j]:
+                counts[i // cp, j // cp] += 1
+    cells = counts >= FINE_CELL_MIN
+    stray = 0
+    total = 0
+    hidden = 0.0
+    fill = 0.0
+    if cells.any():
+        main = K._largest_group(cells)
+        y0, y1, x0, x1 = g, 0, g, 0
+        for i in range(g):
+            for j in range(g):
+                if main[i, j]:
+                    y0, y1, x0, x1 = min(y0, i), max(y1, i + 1), min(x0, j), max(x1, j + 1)
+        for i in range(g):
+            for j in range(g):
+                if cells[i, j]:
+                    total += 1
+                    if not (y0 <= i < y1 and x0 <= j < x1):
+                        stray += 1
+        c_all = 0
+        c_in = 0
+        d_in = 0
+        for i in range(s):
+            inside_i = y0 * cp <= i < y1 * cp
+            for j in range(s):
+                if content[i, j]:
+                    c_all += 1
+                    if inside_i and x0 * cp <= j < x1 * cp:
+                        c_in += 1
+                        d_in += d[i, j]
+        hidden = c_in / max(c_all, 1)
+        fill = d_in / max(c_in, 1)
+    return stray, total, hidden, fill
+
+
+@njit(**_JIT)
+def _content(xa, alo, ahi, xb, blo, bhi):
+    """Pixels that are not the plain background in both images (kernels.background)."""
+    ga, gb = K.background(xa, alo, ahi), K.background(xb, blo, bhi)
+    return ~(ga & gb)
+
+
+@njit(**_JIT)
+def fine_pair(la, lb, al, tol, max_stray, res):
+    """One pair's second look: res = (stray cells, differing cells, differing share of the frame,
+    refined: 1 when the refined alignment stood, hidden, fill). The alignment is refined only for
+    a pair that would be refused at the first look's (a copy is not judged twice)."""
+    s = la.shape[0]
+    d, n, xa, xb, alo, ahi, blo, bhi = _residual(la, lb, al, tol)
+    stray, total, hidden, fill = _stray(d, _content(xa, alo, ahi, xb, blo, bhi))
+    res[3] = 0.0
+    if stray >= max_stray:
+        al2, ok = _refined(la, lb, al.astype(np.float64))
+        if ok:
+            d2, n2, xa, xb, alo, ahi, blo, bhi = _residual(la, lb, al2, tol)
+            if n2 < n:
+                n = n2
+                stray, total, hidden, fill = _stray(d2, _content(xa, alo, ahi, xb, blo, bhi))
+                res[3] = 1.0
+    res[0] = stray
+    res[1] = total
+    res[2] = min(n, s * s) / (s * s)
+    res[4] = hidden
+    res[5] = fill
+
+
+@njit(**_JIT)
+def fine_pairs(la, lb, aligns, tol, max_stray, res):
+    for k in range(la.shape[0]):
+        fine_pair(la[k], lb[k], aligns[k], tol, max_stray, res[k])
+
+
+def unpack(blob: bytes) -> np.ndarray:
+    """A stored fine luma (hashing.pack_fine) as a (FINE_SIDE, FINE_SIDE) uint8 array."""
+    return np.frombuffer(zlib.decompress(blob), np.uint8).reshape(FINE_SIDE, FINE_SIDE)
+
+
+def second_look(fine_a: list, fine_b: list, aligns: np.ndarray, tol: float, max_stray: int) -> np.ndarray:
+    """(B, 6) figures of fine_pair for pairs whose two fine lumas are both there (packed bytes);
+    NaN rows for the others (no second look)."""
+    n = len(fine_a)
+    out = np.full((n, 6), np.nan)
+    have = [k for k in range(n) if fine_a[k] is not None and fine_b[k] is not None]
+    if not have:
+        return out
+    la = np.stack([unpack(fine_a[k]) for k in have])
+    lb = np.stack([unpack(fine_b[k]) for k in have])
+    res = np.zeros((len(have), 6))
+    fine_pairs(la, lb, np.ascontiguousarray(np.asarray(aligns, np.float64)[have]), float(tol), int(max_stray), res)
+    out[have] = res
+    return out
