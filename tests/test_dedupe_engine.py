@@ -87,6 +87,27 @@ def test_a_full_width_caption_bar_is_an_overlay(where, height):
         assert (x0, x1) == (0, 16) and ((y0 == 0) if where == "top" else (y1 == 16))
 
 
+@pytest.mark.parametrize("seed, where, height", [(3, "top", 0.15), (5, "bottom", 0.1)])
+def test_a_banner_that_pulls_the_tone_curve_is_found_by_the_banner_test(seed, where, height, monkeypatch):
+    """On these two pictures the bar pulls every curve of the residual map (the first look refuses
+    them); the banner test fits the curve without the edge strip the region hashes point at."""
+    from pipeline.dedupe import verify
+
+    im = photo(seed)
+    pair = encode(im), encode(caption_bar(im, where, height), "JPEG", 90)
+    kind, _, v = judge(*pair)
+    assert kind == "overlay", kind
+    y0, y1, x0, x1 = v.identity.box[0]
+    assert (x0, x1) == (0, 16) and ((y0 == 0) if where == "top" else (y1 == 16)) and y1 - y0 <= 4
+    monkeypatch.setattr(verify, "_banners", lambda *args: None)
+    assert judge(*pair)[0] is None  # without it: refused (so this tests the banner test)
+
+
+def test_the_banner_test_leaves_two_pages_of_one_layout_apart():
+    kind, _, _ = judge(encode(text_page(3)), encode(caption_bar(text_page(4)), "JPEG", 90))
+    assert kind is None
+
+
 @pytest.mark.parametrize("width", [320, 1200, 4000])
 def test_a_corner_box_of_fixed_pixel_size_joins_at_any_image_size(width):
     im = PHOTO.resize((width, width * 3 // 4))

@@ -162,9 +162,11 @@ def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None
         if stop:
             stop()
         sl = slice(s, s + BATCH)
+        regions = getattr(thumbs, "region_hashes", None)  # (nodes, 2) top, bottom: the banner test's hint
         v = compare(thumbs[a[sl]], thumbs[b[sl]],
                     *((aspect[a[sl]], aspect[b[sl]]) if aspect is not None else (None, None)),
-                    *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)), rule=rule)
+                    *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)), rule=rule,
+                    **({"regions_a": regions[a[sl]], "regions_b": regions[b[sl]]} if regions is not None else {}))
         ok, k = v.accepted.copy(), v.kind.copy()
         if hasattr(thumbs, "fine") and ok.any():  # the second look (fine.py) at what the first accepted
             idx = np.flatnonzero(ok)
@@ -304,8 +306,8 @@ def row_rank(rows: pa.Table) -> np.ndarray:
 
 
 class _NodeThumbs:
-    def __init__(self, thumbs: Thumbs, rep: np.ndarray):
-        self.thumbs, self.rep = thumbs, rep
+    def __init__(self, thumbs: Thumbs, rep: np.ndarray, region_hashes: np.ndarray | None = None):
+        self.thumbs, self.rep, self.region_hashes = thumbs, rep, region_hashes
 
     def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
         rows = self.rep[np.asarray(nodes, np.int64)]
@@ -415,7 +417,7 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
     flat = col("flat").astype(bool)
     phash, crop, top, bottom = (col(c).astype(np.int64) for c in ("phash", "crop_hash", "top_hash", "bottom_hash"))
     pairs = candidate_pairs(phash, crop, top, bottom, ~flat, max_distance)
-    node_thumbs = _NodeThumbs(thumbs, rep)
+    node_thumbs = _NodeThumbs(thumbs, rep, np.stack([top, bottom], axis=1))
     width, height = col("width").astype(np.float64), col("height").astype(np.float64)
     aspect = np.where((width > 0) & (height > 0), width / np.maximum(height, 1), 1.0)
     chroma = np.stack([col("chroma_cb"), col("chroma_cr")], axis=1).astype(np.float64)

@@ -70,7 +70,8 @@ def _to_u8(x):
 @njit(**_JIT)
 def _matched(x, y):
     """x and y with the sharper blurred to match the other (module docstring, step 2); returns
-    (x', y', passes, which: 0 none, 1 x blurred, 2 y blurred)."""
+    (x', y', passes, which: 0 none, 1 x blurred, 2 y blurred). Each side's passes go on while the
+    difference keeps falling."""
     s = x.shape[0]
     ones = np.ones((s, s), np.bool_)
     table, _, _ = K.tone_table(x, y, ones, False)  # x's values onto y's
@@ -78,10 +79,12 @@ def _matched(x, y):
     yf = y.astype(np.float32)
     best = _mad(xf, table, yf)
     best_p, which = 0, 0
+    kept = xf
     for side in (1, 2):
         cur = (xf if side == 1 else yf).copy()
         nxt = np.empty((s, s), np.float32)
         done = 0
+        last = best if side == 1 else _mad(xf, table, yf)
         for p in BLUR_PASSES:
             while done < p:
                 K.blur121(cur, nxt)
@@ -90,16 +93,15 @@ def _matched(x, y):
             m = _mad(cur, table, yf) if side == 1 else _mad(xf, table, cur)
             if m < best:
                 best, best_p, which = m, p, side
+                kept = cur.copy()
+            if m >= last:
+                break
+            last = m
     if which == 0:
         return x, y, 0, 0
-    cur = (xf if which == 1 else yf).copy()
-    nxt = np.empty((s, s), np.float32)
-    for _ in range(best_p):
-        K.blur121(cur, nxt)
-        cur, nxt = nxt, cur
     if which == 1:
-        return _to_u8(cur), y, best_p, 1
-    return x, _to_u8(cur), best_p, 2
+        return _to_u8(kept), y, best_p, 1
+    return x, _to_u8(kept), best_p, 2
 
 
 @njit(**_JIT)

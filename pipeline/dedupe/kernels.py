@@ -1042,3 +1042,56 @@ def warm() -> None:
     from pipeline.dedupe import fine  # the second look's kernels
     big = np.repeat(np.repeat(la, 2, axis=1), 2, axis=2)
     fine.fine_pairs(big, np.repeat(np.repeat(lb, 2, axis=1), 2, axis=2), al.astype(np.float64), 12.0, 0, np.zeros((1, 6)))
+
+
+BANNER_FRACTIONS = (0.1, 0.15, 0.2, 0.25)  # heights of the strip a banner may cover, share of the side
+
+
+@njit(**_JIT)
+def banner_pair(la, lb, edge, tol, full, stray_max, res):
+    """Is b a with a banner across `edge` (0 top, 1 bottom)? For strips of BANNER_FRACTIONS of the
+    side (plus a row for the bar's soft edge) that are one flat colour in one image only, the tone
+    curve is fitted without the strip, both ways, and the pixels that differ outside it are
+    counted; the first strip outside which at most stray_max of the frame differs stands. res = (found, strip rows, differing outside (share of
+    the frame), share of the strip that differs). 128 px luma, the whole frame."""
+    s = la.shape[0]
+    alo, ahi = envelope(la, 2)
+    blo, bhi = envelope(lb, 2)
+    res[0], res[1], res[2], res[3] = 0.0, 0.0, 1.0, 0.0
+    for frac in BANNER_FRACTIONS:
+        k = min(s // 2, int(np.ceil(s * frac)) + 1)
+        # a banner is an opaque bar: one flat colour over most of its strip in one image only (the
+        # last lines of two pages of one layout differ as densely, on white in both); read first,
+        # it spares the curves of every pair that shows no such strip
+        fx, fy = _strip_flat(la, edge, k), _strip_flat(lb, edge, k)
+        if max(fx, fy) < STRIP_FLAT or abs(fx - fy) < STRIP_FLAT_GAP:
+            continue
+        keep = np.ones((s, s), np.bool_)
+        i0, i1, j0, j1 = _strip_bounds(edge, s, k)
+        keep[i0:i1, j0:j1] = False
+        for forward in (True, False):
+            m, c = _refit(la, alo, ahi, lb, blo, bhi, keep, forward, tol, full)
+            if c >= COLLAPSED * s * s:
+                continue
+            outside = 0
+            inside = 0
+            for i in range(s):
+                for j in range(s):
+                    if m[i, j]:
+                        if keep[i, j]:
+                            outside += 1
+                        else:
+                            inside += 1
+            share = outside / (s * s)
+            if share < res[2]:
+                res[1], res[2], res[3] = k, share, inside / (k * s)
+            if share <= stray_max:
+                res[0] = 1.0
+                res[1], res[2], res[3] = k, share, inside / (k * s)
+                return
+
+
+@njit(**_JIT)
+def banner_pairs(la, lb, edges, tol, full, stray_max, res):
+    for k in range(la.shape[0]):
+        banner_pair(la[k], lb[k], edges[k], tol, full, stray_max, res[k])

@@ -120,7 +120,7 @@ class Rule:
     cell_min: int = 3  # differing pixels (of CELL_PX^2) that make a cell differ
     region_max: float = 0.35  # the one differing region's bounding box, share of the frame
     hidden_max: float = 0.50  # share of the content the region may cover
-    stray_max: float = 0.004  # differing pixels outside the region, share of the frame
+    stray_max: float = 0.01  # differing pixels outside the region, share of the frame
     hidden_small: float = 0.10  # a region hiding more of the content than this ...
     fill_min: float = 0.5  # ... must differ over at least this share of its box
     shift: float = 0.5  # the envelope: what a shift of this much of a pixel can show (0.25 or 0.5)
@@ -219,14 +219,17 @@ class Verdict:
 
 def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
             chroma_a: np.ndarray | None = None, chroma_b: np.ndarray | None = None,
-            rule: Rule = DEFAULT_RULE, fine_a: list | None = None, fine_b: list | None = None) -> Verdict:
+            rule: Rule = DEFAULT_RULE, fine_a: list | None = None, fine_b: list | None = None,
+            regions_a: np.ndarray | None = None, regions_b: np.ndarray | None = None) -> Verdict:
     """Judge pairs of signatures: a and b are (B, THUMB_BYTES) uint8 (hashing.HashedImage.thumb),
     pair i is (a[i], b[i]). Each pair is judged at the whole frame; a pair refused there is aligned
     (module docstring, step 1) and judged again at its alignment. `aspect_*` and `chroma_*` (the
     original's width / height, the mean Cb and Cr) are accepted from the engine's callers but not
     read: the alignment is fitted on the pixels, and the chroma planes are compared pixel by pixel.
     `fine_*` (hashing.HashedImage.fine, None for an image without): the accepted pairs whose two
-    images both have one get the second look (fine.py), which may refuse them."""
+    images both have one get the second look (fine.py), which may refuse them. `regions_*`
+    ((B, 2) top_hash, bottom_hash as hashing computed them) point the banner test at an edge;
+    without them they are computed from the signatures."""
     a = np.asarray(a, np.uint8).reshape(-1, THUMB_BYTES)
     b = np.asarray(b, np.uint8).reshape(-1, THUMB_BYTES)
     n = a.shape[0]
@@ -257,6 +260,7 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
             align[pos] = found[sel][better]
             for f in Identity.__dataclass_fields__:
                 getattr(figures, f)[pos] = getattr(again, f)[better]
+    _banners(a, b, figures, align, rule, regions_a, regions_b)
     accepted = figures.accepted
     crop = np.array([_crop_of(al) for al in align], np.float32)
     # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
@@ -272,6 +276,65 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     kind[~accepted] = None
     crop[~accepted] = 0.0
     return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine)
+
+
+BANNER_HINT = 8  # bits: the top (bottom) 75 % region hashes this close say what a bottom (top) banner left alone
+BANNER_FILL = 0.5  # a banner hides the picture: at least this share of its strip differs
+
+
+def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray, rule: Rule,
+             regions_a: np.ndarray | None = None, regions_b: np.ndarray | None = None) -> None:
+    """Step 3's last chance for a refused pair whose top (bottom) 75 % hashes close to the other's
+    (the candidate search's region routes) at the whole frame: a full-width banner over its bottom
+    (top) edge, 10-25 % of the height, is tested directly (kernels.banner_pair: the tone curve
+    fitted without the strip, nothing outside it may differ beyond `stray_max`, the strip must be
+    one flat colour in one image only, an opaque bar, and differ over at least BANNER_FILL of
+    it). Accepted pairs become overlays of that strip, in place."""
+    from pipeline.dedupe import kernels
+    from pipeline.dedupe.hashing import region_hashes
+
+    todo = np.flatnonzero(~figures.accepted & (np.abs(align - np.array(WHOLE, np.float32)).max(axis=1) == 0))
+    if todo.size == 0:
+        return
+    if regions_a is None or regions_b is None:
+        regions_a, regions_b = (np.array([region_hashes(t)[1:] for t in _reduce(split_signature(x[todo])[0])], np.int64)
+                                .reshape(-1, 2) for x in (a, b))
+    else:
+        regions_a, regions_b = np.asarray(regions_a, np.int64)[todo], np.asarray(regions_b, np.int64)[todo]
+    d_top = _bits(regions_a[:, 0] ^ regions_b[:, 0])
+    d_bottom = _bits(regions_a[:, 1] ^ regions_b[:, 1])
+    # the top left alone: the banner is at the bottom (edge 1); the bottom left alone: at the top
+    edges = np.where(np.minimum(d_top, d_bottom) <= BANNER_HINT, np.where(d_top <= d_bottom, 1, 0), -1)
+    sel = np.flatnonzero(edges >= 0)
+    if sel.size == 0:
+        return
+    res = np.zeros((sel.size, 4))
+    rows, picked = todo[sel], edges[sel].astype(np.int64)
+
+    def test(s: int) -> None:  # a chunk per thread (the kernel lets go of the GIL)
+        la, lb = split_signature(a[rows[s:s + CHUNK]])[0], split_signature(b[rows[s:s + CHUNK]])[0]
+        kernels.banner_pairs(la, lb, picked[s:s + CHUNK], rule.luma_tol, rule.contrast_full, rule.stray_max,
+                             res[s:s + CHUNK])
+
+    starts = range(0, sel.size, CHUNK)
+    list(_threads().map(test, starts)) if len(starts) > 1 else test(0)
+    for k, (found, rows, outside, fill) in zip(sel, res):
+        if not found or fill < BANNER_FILL:
+            continue
+        i = todo[k]
+        cells = int(np.ceil(rows * CELLS / DETAIL_SIDE))
+        figures.accepted[i] = figures.region[i] = True
+        figures.box[i] = (0, cells, 0, CELLS) if edges[k] == 0 else (CELLS - cells, CELLS, 0, CELLS)
+        figures.box_share[i] = cells / CELLS
+        figures.stray[i] = outside
+        figures.fill[i] = fill
+        figures.score[i] = max(float(figures.score[i]), 1.0 - rows / DETAIL_SIDE)
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    """Set bits per int64 (popcount)."""
+    v = x.view(np.uint64)
+    return np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
 
 
 def _aligned(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -66,7 +66,8 @@ def main() -> int:
     cols = {c: rows[c].to_numpy() for c in ("phash", "crop_hash", "top_hash", "bottom_hash")}
     pairs = candidate_pairs(cols["phash"], cols["crop_hash"], cols["top_hash"], cols["bottom_hash"],
                             ~rows["flat"].to_numpy(zero_copy_only=False), 8)
-    thumbs = ThumbColumn(rows["thumb"])
+    thumbs = ThumbColumn(rows["thumb"], rows["fine"])  # the second look reads the fine lumas, as in the engine
+    thumbs.region_hashes = np.stack([cols["top_hash"], cols["bottom_hash"]], axis=1)  # the banner test's hint
     aspect = (rows["width"].to_numpy() / rows["height"].to_numpy()).astype(np.float64)
     chroma = np.stack([rows["chroma_cb"].to_numpy(), rows["chroma_cr"].to_numpy()], 1).astype(np.float64)
     print(f"verification: {rows.num_rows} images, {len(pairs)} candidate pairs in the pool, "
