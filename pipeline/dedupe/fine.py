@@ -7,19 +7,20 @@ pair the first look accepts whose two images both have a plain background (a cha
 table, a diagram: hashing.pack_fine stores their 256 px luma, compressed; a photo has none and
 keeps the first look's verdict) is judged again there:
 
-1. **Alignment**: the first look's; when the pair would be refused there, refined at 256 px
-   (kernels._fit, Gauss-Newton on the 128 and 256 px images from the same start) and judged
-   again, the reading with fewer differing pixels standing. A quarter pixel at 64 px is a pixel
-   at 256, and a copy's crop found at 64 px can leave a pixel's shift at 256.
-2. **Blur**: a blurred or resized copy is smoother than its original. The sharper image is
-   blurred by [1 2 1] passes (sigma 0.7 to 2.1 px) until it matches the other best (mean absolute
-   difference after the tone curve, on every other pixel); the smoother is never sharpened.
-3. **Residual map** as the first look's (kernels.differs: tone curve both ways, half-pixel
-   envelope, `luma_tol`), read in cells of 8 px (a cell differs with 3 differing pixels).
-4. **Decision**: the largest group of differing cells (joined one empty cell apart) is the one
+1. **Residual map** as the first look's (kernels.differs: tone curve both ways, half-pixel
+   envelope, `luma_tol`) at the first look's alignment, read in cells of 8 px (a cell differs
+   with 3 differing pixels).
+2. **Decision**: the largest group of differing cells (joined one empty cell apart) is the one
    region a copy may differ in (a caption, a box, a watermark); what differs outside its bounding
    box are *stray cells*. A look-alike differs in scattered places: other numbers in many cells of
-   a table, other words across a page. `fine_stray` stray cells or more refuse the pair.
+   a table, other words across a page. Under `fine_stray` stray cells the pair stays accepted.
+3. Otherwise two more readings, each standing when it leaves fewer stray cells: **blur** (a
+   blurred or resized copy is smoother than its original: the sharper image is blurred by [1 2 1]
+   passes, sigma 0.7 to 2 px, while the mean absolute difference after the tone curve keeps
+   falling; the smoother is never sharpened), then **alignment** refined at 256 px
+   (kernels._fit, Gauss-Newton on the 128 and 256 px images from the first look's: a quarter
+   pixel at 64 px is a pixel here) with the blur match. `fine_stray` stray cells or more in the
+   reading that stands refuse the pair.
 
 `fine_stray` is chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py like the
 first look's parameters and reported on the held-back half.
@@ -105,16 +106,16 @@ def _matched(x, y):
 
 
 @njit(**_JIT)
-def _residual(la, lb, al, tol):
-    """The residual map of the 256 px pair at alignment al, after the blur match: (map, count,
-    x', y', envelopes)."""
+def _residual(la, lb, al, tol, match):
+    """The residual map of the 256 px pair at alignment al, after the blur match when `match`:
+    (map, count)."""
     xa = K.warp(la, al[0], al[1], al[2], al[3])
     xb = K.warp(lb, al[4], al[5], al[6], al[7])
-    xa, xb, _, _ = _matched(xa, xb)
+    if match:
+        xa, xb, _, _ = _matched(xa, xb)
     alo, ahi = K.envelope(xa, 2)
     blo, bhi = K.envelope(xb, 2)
-    d, n = K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
-    return d, n, xa, xb, alo, ahi, blo, bhi
+    return K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
 
 
 @njit(**_JIT)
@@ -137,10 +138,8 @@ def _refined(la, lb, al):
 
 
 @njit(**_JIT)
-def _stray(d, content):
-    """(stray cells, differing cells, hidden, fill) of a residual map (module docstring, step 4):
-    hidden, the share of the content (pixels not the plain background in either image) inside
-    the region's bounding box; fill, the share of that content which differs."""
+def _stray(d):
+    """(stray cells, differing cells) of a residual map (module docstring, step 4)."""
     s = d.shape[0]
     g = FINE_GRID
     cp = s // g
@@ -152,8 +151,6 @@ def _stray(d, content):
     cells = counts >= FINE_CELL_MIN
     stray = 0
     total = 0
-    hidden = 0.0
-    fill = 0.0
     if cells.any():
         main = K._largest_group(cells)
         y0, y1, x0, x1 = g, 0, g, 0
@@ -167,51 +164,35 @@ def _stray(d, content):
                     total += 1
                     if not (y0 <= i < y1 and x0 <= j < x1):
                         stray += 1
-        c_all = 0
-        c_in = 0
-        d_in = 0
-        for i in range(s):
-            inside_i = y0 * cp <= i < y1 * cp
-            for j in range(s):
-                if content[i, j]:
-                    c_all += 1
-                    if inside_i and x0 * cp <= j < x1 * cp:
-                        c_in += 1
-                        d_in += d[i, j]
-        hidden = c_in / max(c_all, 1)
-        fill = d_in / max(c_in, 1)
-    return stray, total, hidden, fill
-
-
-@njit(**_JIT)
-def _content(xa, alo, ahi, xb, blo, bhi):
-    """Pixels that are not the plain background in both images (kernels.background)."""
-    ga, gb = K.background(xa, alo, ahi), K.background(xb, blo, bhi)
-    return ~(ga & gb)
+    return stray, total
 
 
 @njit(**_JIT)
 def fine_pair(la, lb, al, tol, max_stray, res):
     """One pair's second look: res = (stray cells, differing cells, differing share of the frame,
-    refined: 1 when the refined alignment stood, hidden, fill). The alignment is refined only for
-    a pair that would be refused at the first look's (a copy is not judged twice)."""
+    the reading that stood: 0 as aligned, 1 blur-matched, 2 at the refined alignment). Cheapest
+    first: a reading under max_stray stray cells ends the look (most copies stop at the first);
+    otherwise the one with the fewest stands."""
     s = la.shape[0]
-    d, n, xa, xb, alo, ahi, blo, bhi = _residual(la, lb, al, tol)
-    stray, total, hidden, fill = _stray(d, _content(xa, alo, ahi, xb, blo, bhi))
-    res[3] = 0.0
+    d, n = _residual(la, lb, al, tol, False)
+    stray, total = _stray(d)
+    which = 0
+    if stray >= max_stray:
+        d, n2 = _residual(la, lb, al, tol, True)
+        st2, tot2 = _stray(d)
+        if st2 < stray:
+            stray, total, n, which = st2, tot2, n2, 1
     if stray >= max_stray:
         al2, ok = _refined(la, lb, al.astype(np.float64))
         if ok:
-            d2, n2, xa, xb, alo, ahi, blo, bhi = _residual(la, lb, al2, tol)
-            if n2 < n:
-                n = n2
-                stray, total, hidden, fill = _stray(d2, _content(xa, alo, ahi, xb, blo, bhi))
-                res[3] = 1.0
+            d, n2 = _residual(la, lb, al2, tol, True)
+            st2, tot2 = _stray(d)
+            if st2 < stray:
+                stray, total, n, which = st2, tot2, n2, 2
     res[0] = stray
     res[1] = total
     res[2] = min(n, s * s) / (s * s)
-    res[4] = hidden
-    res[5] = fill
+    res[3] = which
 
 
 @njit(**_JIT)
@@ -226,16 +207,16 @@ def unpack(blob: bytes) -> np.ndarray:
 
 
 def second_look(fine_a: list, fine_b: list, aligns: np.ndarray, tol: float, max_stray: int) -> np.ndarray:
-    """(B, 6) figures of fine_pair for pairs whose two fine lumas are both there (packed bytes);
+    """(B, 4) figures of fine_pair for pairs whose two fine lumas are both there (packed bytes);
     NaN rows for the others (no second look)."""
     n = len(fine_a)
-    out = np.full((n, 6), np.nan)
+    out = np.full((n, 4), np.nan)
     have = [k for k in range(n) if fine_a[k] is not None and fine_b[k] is not None]
     if not have:
         return out
     la = np.stack([unpack(fine_a[k]) for k in have])
     lb = np.stack([unpack(fine_b[k]) for k in have])
-    res = np.zeros((len(have), 6))
+    res = np.zeros((len(have), 4))
     fine_pairs(la, lb, np.ascontiguousarray(np.asarray(aligns, np.float64)[have]), float(tol), int(max_stray), res)
     out[have] = res
     return out

@@ -1041,7 +1041,7 @@ def warm() -> None:
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
     from pipeline.dedupe import fine  # the second look's kernels
     big = np.repeat(np.repeat(la, 2, axis=1), 2, axis=2)
-    fine.fine_pairs(big, np.repeat(np.repeat(lb, 2, axis=1), 2, axis=2), al.astype(np.float64), 12.0, 0, np.zeros((1, 6)))
+    fine.fine_pairs(big, np.repeat(np.repeat(lb, 2, axis=1), 2, axis=2), al.astype(np.float64), 12.0, 0, np.zeros((1, 4)))
 
 
 BANNER_FRACTIONS = (0.1, 0.15, 0.2, 0.25)  # heights of the strip a banner may cover, share of the side

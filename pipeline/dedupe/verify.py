@@ -214,7 +214,7 @@ class Verdict:
     align: np.ndarray  # float32 (B, 8): that alignment (a_x0, a_x1, a_y0, a_y1, b_x0, b_x1, b_y0, b_y1)
     identity: Identity | None = None  # the residual map's figures at that alignment
     aligned: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was fitted
-    fine: np.ndarray | None = None  # float (B, 6): the second look's figures (fine.fine_pair); NaN: not looked
+    fine: np.ndarray | None = None  # float (B, 4): the second look's figures (fine.fine_pair); NaN: not looked
 
 
 def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
@@ -266,7 +266,7 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
     region = figures.region & (figures.differing >= MIN_OVERLAY)
     kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
-    fine = np.full((n, 6), np.nan)
+    fine = np.full((n, 4), np.nan)
     if fine_a is not None and fine_b is not None and accepted.any():
         from pipeline.dedupe.fine import second_look
         idx = np.flatnonzero(accepted)
@@ -454,7 +454,7 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "edges": round(float(f.edges[0]), 4),
         "second_look": (None if np.isnan(v.fine[0, 0]) else
                         {"stray_cells": int(v.fine[0, 0]), "differing_cells": int(v.fine[0, 1]),
-                         "differing": round(float(v.fine[0, 2]), 4), "alignment_refined": bool(v.fine[0, 3]),
+                         "differing": round(float(v.fine[0, 2]), 4), "alignment_refined": bool(v.fine[0, 3] == 2),
                          "refuses_at": rule.fine_stray}),
     })
     return out
