@@ -861,19 +861,20 @@ def cmd_override(args) -> int:
         decision = args.action.replace("-", "_")
         images = [args.a, args.b] if decision != "not_leak" else [args.train] + ([args.eval] if args.eval else [])
         of = "text" if decision == "not_leak" and args.text else "image"
+        warnings = []  # said only once the decision is recorded: an unusable file is the one line
         if of == "text":
             if _text_leak_exists(layout, args.train, args.eval) is False:
                 against = f" against {args.eval}" if args.eval else ""
-                print(f"rewardhouse: warning: the current release has no text leak of {args.train}{against}; "
-                      "the decision is recorded and will show as not applied until one exists", file=sys.stderr)
+                warnings.append(f"the current release has no text leak of {args.train}{against}")
         else:
-            for ref in images:
-                if _image_exists(layout, ref) is False:
-                    print(f"rewardhouse: warning: the current release has no hashed image named {ref}; "
-                          "the decision is recorded and will show as not applied until one exists", file=sys.stderr)
+            warnings += [f"the current release has no hashed image named {ref}" for ref in images
+                         if _image_exists(layout, ref) is False]
         out = ov.add(path, decision, images, args.reason or "", of=of)
     except ov.OverridesError as exc:
         return _fail(str(exc), 2)
+    for w in warnings:
+        print(f"rewardhouse: warning: {w}; the decision is recorded and will show as not applied until one exists",
+              file=sys.stderr)
     print(f"recorded: {out.decisions[-1].label}")
     print(f"{path} is at revision {out.revision} ({len(out.decisions)} decisions); "
           "the next `rewardhouse run` applies it in a new release")
@@ -944,7 +945,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="materialize every asset and publish a release")
-    run.add_argument("--source", choices=("sample", "local", "hf"), default=env.source())
+    run.add_argument("--source", choices=("sample", "local", "hf"), default=env.source(),
+                     help="sample: the embedded offline miniature (default, or REWARDHOUSE_SOURCE); local: a mirror "
+                          "of the upstream layout in --path (docs/sources.md); hf: download from the Hub")
     run.add_argument("--path", help="for --source local: a folder mirroring the upstream layout")
     run.add_argument("--prm-label-threshold", type=float, default=None,
                      help="VisualPRM raw form: a step is '+' iff its Monte-Carlo score is above this (default 0.0)")
@@ -978,8 +981,9 @@ def build_parser() -> argparse.ArgumentParser:
     rel.set_defaults(func=cmd_releases)
 
     sql = sub.add_parser("sql", help="run a read-only SQL query on the warehouse")
-    sql.add_argument("query")
-    sql.add_argument("--format", choices=("table", "csv"), default="table")
+    sql.add_argument("query", help="one SQL statement, read-only, over the warehouse's tables and views")
+    sql.add_argument("--format", choices=("table", "csv"), default="table",
+                     help="table: aligned columns for a terminal (default); csv: a header and rows for other programs")
     sql.add_argument("--timeout", metavar="SECONDS",
                      help=f"stop the query after this long (default REWARDHOUSE_SQL_TIMEOUT, else "
                           f"{env.SQL_TIMEOUT_DEFAULT}; 0: no limit)")
@@ -990,7 +994,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql.set_defaults(func=cmd_sql)
 
     dd = sub.add_parser("dedupe", help="find exact and near-duplicate images in any folder (CSV out)")
-    dd.add_argument("dir")
+    dd.add_argument("dir", help="a folder of images, searched recursively (a review page's own thumbnails are skipped)")
     dd.add_argument("--max-distance", type=int, default=DEFAULT_MAX_DISTANCE,
                     help="candidate search radius in hash bits (every candidate is then verified)")
     dd.add_argument("--explain", nargs=2, metavar=("A", "B"),
@@ -1019,9 +1023,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("not-duplicates", "these two images are not duplicates"),
                        ("duplicates", "always treat these two images as duplicates")):
         p = ovs.add_parser(name, help=what)
-        p.add_argument("a")
-        p.add_argument("b")
-        p.add_argument("--reason", default="")
+        p.add_argument("a", help="one image: <dataset>:<image_key> or sha256:<hex>")
+        p.add_argument("b", help="the other image, named the same way")
+        p.add_argument("--reason", default="", help="why, kept with the decision (shown by `list` and in the release)")
     p = ovs.add_parser("not-leak", help="this train image is not a leak (of any eval image, or of --eval only); "
                                         "with --text: this train record's text is not a leak")
     p.add_argument("train", help="<dataset>:<image_key> or sha256:<hex>; with --text, a record: <dataset>:<record key>")
@@ -1030,10 +1034,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="about records' texts: drop the text link of the train record's record_contamination rows "
                         "(a full leak keeps its image link); names are <dataset>:<record key>, e.g. "
                         "visualprm:<sample_id> --eval vlrb:<pair_id>")
-    p.add_argument("--reason", default="")
+    p.add_argument("--reason", default="", help="why, kept with the decision (shown by `list` and in the release)")
     ovs.add_parser("list", help="list the decisions")
     p = ovs.add_parser("remove", help="drop decision N (as `list` numbers them)")
-    p.add_argument("number", type=int)
+    p.add_argument("number", type=int, help="the decision's number in `rewardhouse override list`")
     ov.set_defaults(func=cmd_override)
 
     gc = sub.add_parser("gc", help="remove staged work and GX validation results no run has used for a while "
@@ -1052,7 +1056,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=cmd_status)
 
     sc = sub.add_parser("score", help="score judge outputs (official judgement format) against the benchmark")
-    sc.add_argument("files", nargs="+")
+    sc.add_argument("files", nargs="+", help="judgement files in the official format, one JSON object of pair ids (docs/scoring.md)")
     sc.set_defaults(func=cmd_score)
     return parser
 

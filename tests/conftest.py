@@ -170,7 +170,7 @@ def hub(tmp_path, monkeypatch):
         yield server
 
 
-# `make test-fast`: the unit and parser tests, for the inner loop (under a minute on 2 cores).
+# `make test-fast`: the unit and parser tests, for the inner loop (about two minutes on 2 cores).
 # Everything else runs the pipeline, a server or a killed process; `make test` runs all of it.
 FAST_MODULES = {
     "test_search", "test_hashing", "test_dedupe_engine", "test_dedupe_decisions", "test_dedupe_command",
