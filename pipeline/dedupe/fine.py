@@ -3,7 +3,7 @@
 At 128 px the words of a table 400 px wide are 2 px high: two tables of one layout with other
 numbers in the cells differ by less than the half-pixel envelope, and the first look accepts them
 (one compact region, the table itself, or nothing at all). At 256 px the words differ. So every
-pair the first look accepts whose two images both have a plain background (a chart, a page, a
+pair the first look accepts whose two images both have a drawn background (a chart, a page, a
 table, a diagram: hashing.pack_fine stores their 256 px luma, compressed; a photo has none and
 keeps the first look's verdict) is judged again there:
 
