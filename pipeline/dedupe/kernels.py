@@ -304,6 +304,8 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     # there. Two strips are suspects: the one that differs much more densely than the rest of the
     # frame, and the one that is one flat colour in one image and not in the other.
     k = max(1, int(s * STRIP))
+    heights = np.array([max(1, s // 10), max(1, (3 * s) // 20), max(1, s // 5), k])
+    flats_x, flats_y = _strip_flats(x, heights), _strip_flats(y, heights)
     dense_edge, dense = -1, 0.0
     flat_edge, gap = -1, 0.0
     for edge in range(4):
@@ -318,8 +320,8 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
             dense_edge, dense = edge, inside
         # a bar 10-20 % high is read on a strip of its own height (on the whole quarter it is too
         # little of the strip to call it flat); the refit leaves out the whole quarter either way
-        for kf in (max(1, s // 10), max(1, (3 * s) // 20), max(1, s // 5), k):
-            fx, fy = _strip_flat(x, edge, kf), _strip_flat(y, edge, kf)
+        for q in range(4):
+            fx, fy = flats_x[edge, q], flats_y[edge, q]
             if max(fx, fy) >= STRIP_FLAT and abs(fx - fy) >= STRIP_FLAT_GAP and abs(fx - fy) > gap:
                 flat_edge, gap = edge, abs(fx - fy)
     for best in (dense_edge, flat_edge):
@@ -366,6 +368,45 @@ def _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, edge, k):
         if rest < fewest:
             found, fewest, found_count = again, rest, c
     return found, found_count
+
+
+@njit(**_JIT)
+def _strip_flats(x, heights):
+    """_strip_flat for each edge (rows) and each strip height in `heights` (columns), in one pass
+    per edge: the strips along an edge are nested, so one histogram grows line by line from the
+    edge inwards and is read whenever it reaches one of the heights."""
+    s = x.shape[0]
+    out = np.zeros((4, heights.shape[0]))
+    deepest = 0
+    for h in heights:
+        deepest = max(deepest, h)
+    w = 2 * STRIP_FLAT_RANGE + 1
+    hist = np.zeros(256, np.int32)
+    for edge in range(4):
+        hist[:] = 0
+        for line in range(deepest):
+            for t in range(s):
+                if edge == 0:
+                    v = x[line, t]
+                elif edge == 1:
+                    v = x[s - 1 - line, t]
+                elif edge == 2:
+                    v = x[t, line]
+                else:
+                    v = x[t, s - 1 - line]
+                hist[v] += 1
+            for q in range(heights.shape[0]):
+                if heights[q] != line + 1:
+                    continue
+                run = 0
+                for v in range(w):
+                    run += hist[v]
+                most = run
+                for v in range(w, 256):
+                    run += hist[v] - hist[v - w]
+                    most = max(most, run)
+                out[edge, q] = most / ((line + 1) * s)
+    return out
 
 
 @njit(**_JIT)

@@ -396,7 +396,7 @@ def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Ru
     if not len(fine_a):
         return np.zeros(0, bool)
     from pipeline.dedupe.fine import second_look
-    step = 16  # pairs per thread at a time (a pair costs a few ms)
+    step = 64  # pairs per thread at a time (a pair costs about a millisecond; an image in many is unpacked once)
     starts = range(0, len(fine_a), step)
     look = lambda s: second_look(fine_a[s:s + step], fine_b[s:s + step], aligns[s:s + step], rule.luma_tol, rule.fine_stray)  # noqa: E731
     res = np.concatenate(list(_threads().map(look, starts)) if len(starts) > 1 else [look(0)])
