@@ -272,21 +272,15 @@ def _jpeg_grey(data: bytes, max_pixels: int | None) -> Image.Image:
 _NEUTRAL = np.full((CHROMA_SIDE, CHROMA_SIDE), 128, np.uint8)
 
 
-def _plane(x: np.ndarray) -> np.ndarray:
-    """A chroma plane at CHROMA_SIDE x CHROMA_SIDE (box average: colour areas, not edges)."""
-    return np.asarray(Image.fromarray(np.ascontiguousarray(x)).resize((CHROMA_SIDE, CHROMA_SIDE), Image.Resampling.BOX),
-                      dtype=np.uint8)
-
-
 def _jpeg_draft(im: Image.Image) -> tuple[Image.Image, np.ndarray, np.ndarray]:
     """Decode a JPEG at 1/2..1/8 scale (libjpeg's DCT scaling, >= DETAIL_SIDE px a side): a colour
     JPEG as YCbCr, whose Y is the grey and whose Cb/Cr planes are the chroma; any other as grey."""
     if im.mode == "RGB":
         im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))
         im.load()
-        if im.mode == "YCbCr":
-            ycc = np.asarray(im)
-            return Image.fromarray(np.ascontiguousarray(ycc[..., 0])), _plane(ycc[..., 1]), _plane(ycc[..., 2])
+        if im.mode == "YCbCr":  # Y is the grey; Cb and Cr box-averaged together (the same as one by one)
+            small = np.asarray(im.resize((CHROMA_SIDE, CHROMA_SIDE), Image.Resampling.BOX))
+            return im.getchannel(0), np.ascontiguousarray(small[..., 1]), np.ascontiguousarray(small[..., 2])
         return (_grey(im), *_chroma_planes(im))
     im.draft("L", (DETAIL_SIDE, DETAIL_SIDE))
     return _grey(im), _NEUTRAL, _NEUTRAL
