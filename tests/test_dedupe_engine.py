@@ -302,3 +302,41 @@ def test_crowded_hashes_keep_each_images_nearest_candidates():
     assert per_image.min() >= 16 and len(pairs) <= 40 * 16
     everything = candidate_pairs(phash, *far, np.ones(40, bool), 8, max_per_image=1000)
     assert len(everything) == 780 and everything.capped == 0
+
+
+ORDER_CASES = [
+    (PHOTO, PHOTO.crop((0, 0, PHOTO.width - round(PHOTO.width * 0.06), PHOTO.height)), "an off-centre crop"),
+    (CHART, crop(CHART, 0.05), "a cropped chart"),
+    (TABLE, caption_bar(TABLE), "a table with a caption bar"),
+    (PAGE, corner_box(PAGE, size=(120, 24)), "a page with a corner box"),
+    (table(3), table(4), "two tables of one layout"),
+    (pie_chart([3, 5, 2, 4]), pie_chart([4, 4, 3, 3]), "two pies of one palette"),
+]
+
+
+@pytest.mark.parametrize("a, b, why", [pytest.param(*c, id=c[2]) for c in ORDER_CASES])
+def test_the_verdict_does_not_depend_on_which_image_comes_first(a, b, why):
+    """The alignment is fitted one way (b's frame in a's), so a pair is judged in one order
+    whichever order it is given in: the same verdict, score and second look, the alignment mirrored."""
+    x, y = encode(a), encode(b, "JPEG", 90)
+    one, two = judge(x, y)[2], judge(y, x)[2]
+    assert one.accepted[0] == two.accepted[0] and one.kind[0] == two.kind[0], why
+    assert one.score[0] == two.score[0] and np.array_equal(one.fine[0], two.fine[0], equal_nan=True), why
+    assert np.array_equal(one.align[0], two.align[0][[4, 5, 6, 7, 0, 1, 2, 3]]), (why, one.align[0], two.align[0])
+
+
+def test_the_engine_judges_a_pair_alike_in_either_order():
+    """engine.verify (the batch path: the first look, then the second look on what it accepted)
+    gives the same verdicts for pairs listed (a, b) and (b, a)."""
+    from pipeline.dedupe.decisions import hashes_table
+    from pipeline.dedupe.engine import verify
+
+    images = [encode(x) for c in ORDER_CASES for x in c[:2]]
+    hashed = [hash_bytes(f"i{k}", data) for k, data in enumerate(images)]
+    rows = hashes_table("t", hashed, {h.key: len(d) for h, d in zip(hashed, images)})
+    thumbs = ThumbColumn(rows["thumb"], rows["fine"])
+    a = np.arange(0, len(images), 2)
+    b = a + 1
+    one, two = verify(a, b, thumbs), verify(b, a, thumbs)
+    assert one[0].any() and not one[0].all()  # copies and look-alikes both (else this tests little)
+    assert np.array_equal(one[0], two[0]) and list(one[1]) == list(two[1]) and np.array_equal(one[2], two[2])

@@ -17,7 +17,9 @@ batches the pairs over the cores.
    levels weighed down (an overlay does not pull it): first on the mean row and column profiles,
    coarse to fine, then, when the profiles show a crop, on the 32 and 64 px images. A fit that
    leaves out more than 15 % of a side of either image, or fails, is given up. The pair is judged
-   again at the alignment found (step 2) and keeps the better verdict.
+   again at the alignment found (step 2) and keeps the better verdict. The fit runs one way, so a
+   pair is always judged in one order (the signature whose bytes sort first is A), whichever order
+   it is given in: the verdict of (A, B) is the verdict of (B, A).
 2. **Identity** (`identity`): at the alignment, each pixel of B against the tone curve of A's (a
    non-decreasing table fitted per pair: brightness, contrast, gamma, clipping; in each band of A's
    values the most common shift wins, so what a caption bar covers is outvoted) and against the
@@ -238,16 +240,53 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     if n == 0:
         z = np.zeros(0, np.float32)
         return Verdict(np.zeros(0, bool), kind, z, z, align, _empty(0), np.zeros(0, bool))
+    # The alignment is fitted one way (where b's frame lies in a's), so each pair is judged in one
+    # order whichever order it comes in: the signature that sorts first is a. The alignment is
+    # handed back in the caller's order.
+    swap = sorts_after(a, b)
+    if swap.any():
+        a, b = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
+        if fine_a is not None and fine_b is not None:
+            fine_a, fine_b = ([y if w else x for x, y, w in zip(fine_a, fine_b, swap)],
+                              [x if w else y for x, y, w in zip(fine_a, fine_b, swap)])
+        if regions_a is not None and regions_b is not None:
+            regions_a, regions_b = (np.where(swap[:, None], regions_b, regions_a),
+                                    np.where(swap[:, None], regions_a, regions_b))
+    verdict = _compare(a, b, rule, fine_a, fine_b, regions_a, regions_b)
+    verdict.align[swap] = verdict.align[swap][:, [4, 5, 6, 7, 0, 1, 2, 3]]
+    return verdict
+
+
+def sorts_after(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row: does a's signature sort after b's (bytes, lexicographically)?"""
+    differ = a != b
+    first = differ.argmax(axis=1)
+    rows = np.arange(a.shape[0])
+    return differ[rows, first] & (a[rows, first] > b[rows, first])
+
+
+def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine_b: list | None,
+             regions_a: np.ndarray | None, regions_b: np.ndarray | None) -> Verdict:
+    """compare() of pairs in the order they are judged in."""
+    n = a.shape[0]
+    kind = np.full(n, None, dtype=object)
+    align = np.tile(np.array(WHOLE, np.float32), (n, 1))
     # pairs are picked from a and b by row inside each chunk's thread (no copy of the whole batch)
     figures = _cascade(a, b, align, rule, np.arange(n))
     aligned = np.zeros(n, bool)
     todo = np.flatnonzero(~figures.accepted)
-    if todo.size:
-        found, ok = _aligned(a, b, todo)
+    # The fit runs one way (b's frame in a's) and may hold only one way: both are tried, the
+    # second's alignment mirrored into this order (judging at an alignment is the same either way).
+    for way in (0, 1):
+        if not todo.size:
+            break
+        found, ok = _aligned(a, b, todo) if way == 0 else _aligned(b, a, todo)
+        if way == 1:
+            found = found[:, [4, 5, 6, 7, 0, 1, 2, 3]]
         # An alignment is judged with at least the half-pixel envelope (a resampled thumbnail is
         # smoother than one made at its size): under a stricter rule, only a crop of MIN_CROP or more
         # is judged, so that a sub-pixel move cannot loosen the whole frame's verdict.
-        moved = np.abs(found - align[todo]).max(axis=1) > MOVED
+        moved = np.abs(found - np.array(WHOLE, np.float32)).max(axis=1) > MOVED
         cropped = np.array([_crop_of(al) for al in found]) >= MIN_CROP
         sel = ok & moved & (cropped | (rule.shift >= 0.5))
         aligned[todo[ok]] = True
@@ -260,6 +299,7 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
             align[pos] = found[sel][better]
             for f in Identity.__dataclass_fields__:
                 getattr(figures, f)[pos] = getattr(again, f)[better]
+        todo = todo[~figures.accepted[todo]]
     _banners(a, b, figures, align, rule, regions_a, regions_b)
     accepted = figures.accepted
     crop = np.array([_crop_of(al) for al in align], np.float32)
@@ -289,11 +329,11 @@ def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray,
     (top) edge, 10-25 % of the height, is tested directly (kernels.banner_pair: the tone curve
     fitted without the strip, nothing outside it may differ beyond `stray_max`, the strip must be
     one flat colour in one image only, an opaque bar, and differ over at least BANNER_FILL of
-    it). Accepted pairs become overlays of that strip, in place."""
+    it). Accepted pairs become overlays of that strip at the whole frame, in place."""
     from pipeline.dedupe import kernels
     from pipeline.dedupe.hashing import region_hashes
 
-    todo = np.flatnonzero(~figures.accepted & (np.abs(align - np.array(WHOLE, np.float32)).max(axis=1) == 0))
+    todo = np.flatnonzero(~figures.accepted)  # at the whole frame, whatever alignment was tried
     if todo.size == 0:
         return
     if regions_a is None or regions_b is None:
@@ -323,6 +363,7 @@ def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray,
             continue
         i = todo[k]
         cells = int(np.ceil(rows * CELLS / DETAIL_SIDE))
+        align[i] = WHOLE
         figures.accepted[i] = figures.region[i] = True
         figures.box[i] = (0, cells, 0, CELLS) if edges[k] == 0 else (CELLS - cells, CELLS, 0, CELLS)
         figures.box_share[i] = cells / CELLS
@@ -389,12 +430,18 @@ def _cascade(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, rows:
     return Identity(**out)
 
 
-def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule = DEFAULT_RULE) -> np.ndarray:
+def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
+                        swap: np.ndarray | None = None) -> np.ndarray:
     """Which of the pairs the first look accepted at `aligns` the second look (fine.py) refuses:
     both images have a 256 px luma and it differs in `rule.fine_stray` cells or more outside
-    the one region."""
+    the one region. `swap` (sorts_after of the pairs' signatures): the pairs compare() judged the
+    other way round, looked at in that order too."""
     if not len(fine_a):
         return np.zeros(0, bool)
+    if swap is not None and swap.any():
+        fine_a, fine_b = ([y if w else x for x, y, w in zip(fine_a, fine_b, swap)],
+                          [x if w else y for x, y, w in zip(fine_a, fine_b, swap)])
+        aligns = np.where(swap[:, None], np.asarray(aligns)[:, [4, 5, 6, 7, 0, 1, 2, 3]], aligns)
     from pipeline.dedupe.fine import second_look
     step = 64  # pairs per thread at a time (a pair costs about a millisecond; an image in many is unpacked once)
     starts = range(0, len(fine_a), step)
