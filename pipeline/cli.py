@@ -1065,10 +1065,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if argv is None and args.func is cmd_dedupe:
         _without_pandas()  # the whole process is this one command (not a caller's Python session)
+    home = env.home()
+    if args.func is not cmd_dedupe and home and "://" not in home and os.path.isfile(os.path.expanduser(home)):
+        return _fail(f"REWARDHOUSE_HOME={home} is a file, not a folder: point it at a folder (created when "
+                     "missing) or a bucket root (s3://...)", 2)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C outside a run (a run owns its signals): no traceback
         return _fail("interrupted", 130)
+    except env.SettingError as exc:  # an environment variable that cannot be read: the one line naming it
+        return _fail(str(exc), 2)
     except OSError as exc:  # an unwritable or full data root, outside any run: say which path, no traceback
         where = f"cannot use {exc.filename}: " if exc.filename else ""
         return _fail(f"{where}{exc.strerror or exc}")

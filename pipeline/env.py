@@ -20,6 +20,16 @@ def _flag(name: str) -> bool:
     return (_get(name) or "").lower() in TRUE
 
 
+def _number(name: str, default: str, cast: type):
+    """A numeric variable; a value that is not one is a SettingError naming the variable (one line)."""
+    text = _get(name, default)
+    try:
+        return cast(text)
+    except ValueError:
+        what = "a whole number" if cast is int else "a number"
+        raise SettingError(f"{name}={text!r}: expected {what}") from None
+
+
 # --- the data root and the run -------------------------------------------------------------------
 def home() -> str | None:
     """REWARDHOUSE_HOME: the data root (default: data/ at the repository root)."""
@@ -64,19 +74,19 @@ def local_path() -> str | None:
 
 
 def prm_label_threshold() -> float:
-    return float(_get("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0"))
+    return _number("REWARDHOUSE_PRM_LABEL_THRESHOLD", "0.0", float)
 
 
 def dedupe_max_distance(default: int) -> int:
-    return int(_get("REWARDHOUSE_DEDUPE_MAX_DISTANCE", str(default)))
+    return _number("REWARDHOUSE_DEDUPE_MAX_DISTANCE", str(default), int)
 
 
 def workers() -> int:
-    return int(_get("REWARDHOUSE_WORKERS", "0"))
+    return _number("REWARDHOUSE_WORKERS", "0", int)
 
 
 def max_image_pixels(default: int) -> int:
-    return int(_get("REWARDHOUSE_MAX_IMAGE_PIXELS", str(default)))
+    return _number("REWARDHOUSE_MAX_IMAGE_PIXELS", str(default), int)
 
 
 def allow_unusable_files() -> bool:
@@ -93,7 +103,7 @@ def nightly_cron(default: str) -> str:
 
 
 def upstream_poll_seconds(default: int) -> int:
-    return int(_get("REWARDHOUSE_UPSTREAM_POLL_SECONDS", str(default)))
+    return _number("REWARDHOUSE_UPSTREAM_POLL_SECONDS", str(default), int)
 
 
 def notify_command() -> str:

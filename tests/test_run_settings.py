@@ -47,3 +47,32 @@ def test_settings_that_cannot_run_are_refused_before_the_run(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("rewardhouse: ") and said.replace("{tmp}", str(tmp_path)) in err, err
     assert not (home / "dagster" / "history").exists()
+
+
+@pytest.mark.parametrize("name, value, said", [
+    ("REWARDHOUSE_MAX_IMAGE_PIXELS", "abc", "REWARDHOUSE_MAX_IMAGE_PIXELS='abc': expected a whole number"),
+    ("REWARDHOUSE_PRM_LABEL_THRESHOLD", "x", "REWARDHOUSE_PRM_LABEL_THRESHOLD='x': expected a number"),
+    ("REWARDHOUSE_DEDUPE_MAX_DISTANCE", "8.5", "REWARDHOUSE_DEDUPE_MAX_DISTANCE='8.5': expected a whole number"),
+    ("REWARDHOUSE_WORKERS", "all", "REWARDHOUSE_WORKERS='all': expected a whole number"),
+])
+def test_an_unreadable_environment_variable_is_one_line_naming_it(tmp_path, monkeypatch, capsys, name, value, said):
+    home = tmp_path / "home"
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    monkeypatch.setenv(name, value)
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"rewardhouse: {said}\n", err
+    assert not (home / "dagster" / "history").exists()
+
+
+@pytest.mark.parametrize("command", [["releases"], ["gc"], ["status"], ["run"]])
+def test_a_data_root_that_is_a_file_is_said_so(tmp_path, monkeypatch, capsys, command):
+    home = tmp_path / "not-a-folder"
+    home.write_text("x")
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(home))
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err == (f"rewardhouse: REWARDHOUSE_HOME={home} is a file, not a folder: point it at a folder (created when "
+                   "missing) or a bucket root (s3://...)\n"), err
+    assert home.read_text() == "x"
