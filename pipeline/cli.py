@@ -1061,6 +1061,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if argv is None and args.func is cmd_dedupe:
@@ -1069,6 +1075,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.func is not cmd_dedupe and home and "://" not in home and os.path.isfile(os.path.expanduser(home)):
         return _fail(f"REWARDHOUSE_HOME={home} is a file, not a folder: point it at a folder (created when "
                      "missing) or a bucket root (s3://...)", 2)
+    if args.func is not cmd_dedupe and home and home.startswith("s3://") and not _has_module("obstore"):
+        return _fail(f"REWARDHOUSE_HOME={home} is a bucket root, which needs the S3 client of the `scale` extra: "
+                     "`uv sync --extra scale` (or `pip install 'rewardhouse[scale]'`)", 2)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C outside a run (a run owns its signals): no traceback

@@ -76,3 +76,18 @@ def test_a_data_root_that_is_a_file_is_said_so(tmp_path, monkeypatch, capsys, co
     assert err == (f"rewardhouse: REWARDHOUSE_HOME={home} is a file, not a folder: point it at a folder (created when "
                    "missing) or a bucket root (s3://...)\n"), err
     assert home.read_text() == "x"
+
+
+@pytest.mark.parametrize("command", [["releases"], ["sql", "select 1"], ["run"]])
+def test_a_bucket_root_without_the_scale_extra_names_the_extra(monkeypatch, capsys, command):
+    import importlib.util
+
+    from pipeline import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "obstore" else real(name, *a))
+    monkeypatch.setenv("REWARDHOUSE_HOME", "s3://bucket/root")
+    assert not cli._has_module("obstore")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "`scale` extra" in err and "uv sync --extra scale" in err, err
