@@ -24,10 +24,13 @@ test: bootstrap
 test-fast: bootstrap
 	$(UV) run --frozen pytest -q -m fast
 
-# The Dagster home: DAGSTER_HOME, else <data root>/dagster (for a bucket root, in its local scratch folder).
+# The Dagster home: DAGSTER_HOME, else <data root>/dagster (for a bucket root, in its local scratch folder),
+# holding this dagster.yaml (which reads DAGSTER_HOME, so Dagster's own commands need it set).
+DAGSTER_HOME_SET = home="$${DAGSTER_HOME:-$$($(UV) run --frozen $(SCALE) python -c 'from pipeline.settings import Layout; print(Layout().dagster_home)')}"; \
+	mkdir -p "$$home"; cmp -s dagster.yaml "$$home/dagster.yaml" || cp dagster.yaml "$$home/dagster.yaml"
+
 dev: bootstrap
-	@home="$${DAGSTER_HOME:-$$($(UV) run --frozen $(SCALE) python -c 'from pipeline.settings import Layout; print(Layout().dagster_home)')}"; \
-	mkdir -p "$$home"; cmp -s dagster.yaml "$$home/dagster.yaml" || cp dagster.yaml "$$home/dagster.yaml"; \
+	@$(DAGSTER_HOME_SET); \
 	echo "DAGSTER_HOME=$$home"; \
 	DAGSTER_HOME="$$home" exec $(UV) run --frozen $(SCALE) dagster dev -h "$${REWARDHOUSE_UI_HOST:-127.0.0.1}" -p "$${REWARDHOUSE_UI_PORT:-3000}"
 
@@ -44,7 +47,8 @@ bench: bootstrap
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 
 validate: bootstrap
-	$(UV) run --frozen dagster definitions validate
+	@$(DAGSTER_HOME_SET); \
+	DAGSTER_HOME="$$home" $(UV) run --frozen $(SCALE) dagster definitions validate
 
 clean:
 	rm -rf .venv .pytest_cache

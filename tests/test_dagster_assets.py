@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import dagster as dg
 import duckdb
 
@@ -89,3 +90,22 @@ def test_bumping_an_assets_code_version_redoes_its_staged_work(tmp_path):
         assert reused(mmrb2_annotations) is True  # unchanged input and code: reused
         assert reused(bumped) is False  # same input, new code version: redone
         assert reused(bumped) is True
+
+
+def test_make_validate_needs_no_dagster_home(tmp_path):
+    """`make validate` loads the definitions with the project's dagster.yaml, which reads
+    DAGSTER_HOME: with none set it uses the data root's Dagster home, as `make dev` does."""
+    import os
+    import shutil
+    import subprocess
+
+    from pipeline.settings import REPO_ROOT
+
+    if shutil.which("uv") is None or shutil.which("make") is None:
+        pytest.skip("make validate needs make and uv on PATH")
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env["REWARDHOUSE_HOME"] = str(tmp_path / "home")
+    done = subprocess.run(["make", "-s", "validate"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "All code locations passed validation" in done.stdout + done.stderr
+    assert (tmp_path / "home" / "dagster" / "dagster.yaml").is_file()
