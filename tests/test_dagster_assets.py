@@ -4,9 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import dagster as dg
 import duckdb
+import pytest
 
 from checks.outcomes import REQUIRED_CHECKS
 from pipeline.definitions import defs
