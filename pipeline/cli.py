@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -475,20 +476,28 @@ def _run(args, state: dict) -> int:
     print(f"release {md.get('release_id')}: {status}")
     if md.get("warning"):  # published, but something after the swap failed
         print(f"rewardhouse: warning: {md['warning']}", file=sys.stderr)
+    for line in _contents_lines(layout):
+        print(line)
     review = f"{layout.remote}/releases/{md.get('release_id')}/review/index.html" if layout.remote else md.get("review_page")
     if review:
         print(f"review the dedupe and contamination decisions: {review}  (rewardhouse review)")
     for line in _leak_lines(result):
         print(line)
+    # commands that work as printed in a new shell: this environment's own console script and
+    # Python (a `make run` leaves them in .venv, not on PATH; the duckdb CLI is not installed)
+    script = Path(sys.executable).with_name("rewardhouse")
+    cli = shlex.quote(str(script)) if script.exists() else "rewardhouse"
+    sql = _shell_word(EXAMPLE_SQL)
     if layout.remote:
         print(f"data root: {layout.remote} (scratch: {layout.root})")
         print("try, from any machine with the bucket's URL and credentials:")
-        print(f'  REWARDHOUSE_HOME={layout.remote} rewardhouse sql "{EXAMPLE_SQL}"')
+        print(f"  REWARDHOUSE_HOME={layout.remote} {cli} sql {sql}")
     else:
         print(f"warehouse: {layout.warehouse}")
         print("try:")
-        print(f'  rewardhouse sql "{EXAMPLE_SQL}"')
-        print(f"  duckdb -readonly {layout.warehouse} \"{EXAMPLE_SQL}\"")
+        print(f"  REWARDHOUSE_HOME={shlex.quote(str(layout.root))} {cli} sql {sql}")
+        code = "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True).sql(sys.argv[2]).show()"
+        print(f"  {shlex.quote(sys.executable)} -c \"{code}\" {shlex.quote(str(layout.warehouse))} {sql}")
     if unusable:  # published without them (allow_unusable_files): still the last lines
         print("rewardhouse: published WITHOUT these upstream files (allow_unusable_files):", file=sys.stderr)
         for line in unusable:
@@ -498,6 +507,35 @@ def _run(args, state: dict) -> int:
              f"{_release_outcome(state)}")
         return 128 + signum
     return 0
+
+
+def _shell_word(text: str) -> str:
+    """`text` as one shell word, in double quotes when it holds nothing a shell expands there."""
+    return f'"{text}"' if not any(c in text for c in '"$`\\!') else shlex.quote(text)
+
+
+def _contents_lines(layout: Layout) -> list[str]:
+    """What the current release holds: records per dataset, and the quarantine per dataset and
+    stage (read from the warehouse; nothing when it cannot be read)."""
+    from pipeline import datasets
+
+    try:
+        with _connect_readonly(layout) as con:
+            tables = {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
+            held = [f"{d.name}: {con.execute(f'select count(*) from {d.record_table}').fetchone()[0]} {d.record_noun}"
+                    if d.record_table in tables else f"{d.name}: absent" for d in datasets.DATASETS]
+            rows = (con.execute("select dataset, stage, count(*) from quarantine group by all order by all").fetchall()
+                    if "quarantine" in tables else [])
+    except Exception:  # the release is published; this is only a summary of it
+        return []
+    out = [f"published: {'; '.join(held)}"]
+    by_dataset: dict[str, list[tuple[str, int]]] = {}
+    for dataset, stage, n in rows:
+        by_dataset.setdefault(dataset, []).append((stage, n))
+    if by_dataset:
+        parts = [f"{d} {sum(n for _, n in st)} ({', '.join(f'{s} {n}' for s, n in st)})" for d, st in by_dataset.items()]
+        out.append(f"quarantined (kept out, with stage and reason in the quarantine table): {'; '.join(parts)}")
+    return out
 
 
 def _connect_readonly(layout: Layout, limits=None):
@@ -670,7 +708,10 @@ def cmd_score(args) -> int:
     truth.sort(key=lambda row: (order.get(row[1], len(order)), row[1]))
     scores, unknown = score(truth, judgements)
     if not scores:
-        return _fail("none of the judged pair ids is in the benchmark", 2)
+        return _fail(f"none of the {len(judgements)} judged pair ids is among the {len(truth)} MMRB2 pairs of the "
+                     "current release (a release of the embedded sample holds only the sample's pairs): load the "
+                     "whole benchmark with `rewardhouse run --source hf` (or `--source local --path DIR`) and score "
+                     "again", 2)
     print(format_report(scores, unknown))
     return 0
 

@@ -1,5 +1,6 @@
 """The `local` source on the real annotation files, through Dagster and the CLI, into DuckDB."""
 
+import json
 import duckdb
 import pytest
 
@@ -63,6 +64,17 @@ def test_score_reproduces_upstream_sample_figures(published, capsys, monkeypatch
     lines = capsys.readouterr().out.splitlines()
     got = {line.split()[0]: line.split()[1] for line in lines[1:]}
     assert got == {"t2i": "53.20%", "edit": "55.50%", "interleaved": "57.50%", "reasoning": "47.50%", "overall": "53.42%"}
+
+
+def test_score_of_ids_the_release_lacks_says_what_it_holds_and_how_to_load_the_rest(published, capsys, monkeypatch,
+                                                                                    tmp_path):
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(published))
+    judged = tmp_path / "judged.json"
+    judged.write_text(json.dumps({"zz1": {"forward": [{"judgement": "A"}]}, "zz2": {"forward": [{"judgement": "B"}]}}))
+    assert main(["score", str(judged)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none of the 2 judged pair ids is among the 4000 MMRB2 pairs" in err, err
+    assert "rewardhouse run --source hf" in err
 
 
 def test_sql_is_read_only_and_releases_lists_counts(published, capsys, monkeypatch):

@@ -91,3 +91,39 @@ def test_a_bucket_root_without_the_scale_extra_names_the_extra(monkeypatch, caps
     assert main(command) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`scale` extra" in err and "uv sync --extra scale" in err, err
+
+
+def test_the_end_of_a_run_counts_what_it_published_and_its_commands_work_as_printed(tmp_path, monkeypatch, capsys):
+    """The closing lines: records per dataset and the quarantine per dataset and stage, as the
+    warehouse holds them; the two `try` commands, pasted into a new shell whose PATH has neither
+    rewardhouse nor a duckdb CLI, print the example query's rows."""
+    import duckdb
+
+    from pipeline import datasets
+    from pipeline.cli import EXAMPLE_SQL
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    assert main(["run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
+    held = "; ".join(f"{d.name}: {con.execute(f'select count(*) from {d.record_table}').fetchone()[0]} {d.record_noun}"
+                     for d in datasets.DATASETS)
+    assert f"published: {held}" in lines
+    per = {}
+    for dataset, stage, n in con.execute("select dataset, stage, count(*) from quarantine group by all order by all").fetchall():
+        per.setdefault(dataset, []).append(f"{stage} {n}")
+    quarantined = next(line for line in lines if line.startswith("quarantined"))
+    for dataset, stages in per.items():
+        assert f"{dataset} " in quarantined and ", ".join(stages) in quarantined, (dataset, stages, quarantined)
+    expected = con.execute(EXAMPLE_SQL).fetchall()
+    con.close()
+    commands = lines[lines.index("try:") + 1:lines.index("try:") + 3]
+    assert len(commands) == 2
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command.strip()], env=bare, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        for task, pairs, _ in expected:
+            assert task in done.stdout and str(pairs) in done.stdout, (command, done.stdout)
