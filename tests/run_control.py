@@ -7,6 +7,7 @@ watcher costs a few milliseconds per poll and never takes a lock the run needs.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sqlite3
@@ -36,11 +37,30 @@ def _default_signals() -> None:
     # As from a terminal or a service manager: SIGINT/SIGTERM not ignored (a background job's are).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A run outlives no test session: killed with the process that started it, even by SIGKILL (Linux).
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+@atexit.register
+def _end_started_groups() -> None:
+    """When the test session ends, however it ends short of SIGKILL, every run group it started
+    ends with it (a failed or interrupted test leaves no `rewardhouse run` behind)."""
+    for proc in _STARTED:
+        if proc.poll() is None:
+            kill_group(proc)
 
 
 def start(home: Path, *argv: str) -> subprocess.Popen:
-    return subprocess.Popen([str(CLI), "run", *argv], env=env_for(home), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([str(CLI), "run", *argv], env=env_for(home), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_signals)
+    _STARTED.append(proc)
+    return proc
 
 
 def run_dbs(home: Path) -> set[Path]:

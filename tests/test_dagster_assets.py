@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 def test_definitions_hold_the_mmrb2_assets_checks_and_refresh_job():
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"mmrb2_raw", "mmrb2_annotations", "mmrb2_images", "warehouse_release"} <= keys
-    assert defs.resolve_job_def("refresh") is not None
+    # the refresh job (what the schedule, the sensor and `rewardhouse run` launch) builds every asset
+    assert defs.resolve_job_def("refresh").asset_layer.executable_asset_keys == set(
+        defs.resolve_asset_graph().get_all_asset_keys())
 
 
 def test_materialize_sample_publishes_release_and_runs_checks(tmp_path):

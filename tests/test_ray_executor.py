@@ -89,11 +89,17 @@ def test_ray_hashes_equal_the_local_path(ray_local, tmp_path):
 def test_joining_ray_leaves_the_run_s_signal_handlers_in_place(ray_local):
     import signal
 
-    assert signal.getsignal(signal.SIGTERM) is not None
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    ray_local.shutdown()
-    connect(None, num_cpus=2)
-    assert {sig: signal.getsignal(sig) for sig in before} == before
+    def the_runs_own(signum, frame):  # stands for the handlers a run installs (pipeline/stopping.py)
+        pass
+
+    saved = {sig: signal.signal(sig, the_runs_own) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ray_local.shutdown()
+        connect(None, num_cpus=2)
+        assert {sig: signal.getsignal(sig) for sig in saved} == {sig: the_runs_own for sig in saved}
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def test_an_unreachable_cluster_is_one_line_naming_the_address(monkeypatch):

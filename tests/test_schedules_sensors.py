@@ -124,7 +124,8 @@ def test_definitions_hold_the_schedule_and_sensors_on_the_refresh_job():
 
     assert defs.resolve_schedule_def("nightly_refresh").job_name == "refresh"
     assert defs.resolve_sensor_def("upstream_change_sensor").job_name == "refresh"
-    assert defs.resolve_sensor_def("run_failure_notifier") is not None
+    notifier = defs.resolve_sensor_def("run_failure_notifier")  # a run-status sensor on failures
+    assert isinstance(notifier, dg.RunStatusSensorDefinition) and notifier._run_status == dg.DagsterRunStatus.FAILURE
 
 
 # --- upstream revisions (pure) ----------------------------------------------------------------------

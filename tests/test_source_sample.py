@@ -145,23 +145,23 @@ def test_pair_shape_and_key_order(tasks, facts):
                     assert item[0] in ("text", "image") and isinstance(item[1], str)
 
 
-def test_facts_values(facts):
-    assert facts.pairs_per_task == {"t2i": 8, "edit": 8, "interleaved": 6, "reasoning": 7}
-    assert facts.chosen_a == {"t2i": 5, "edit": 4, "interleaved": 4, "reasoning": 3}
-    assert facts.image_refs == 73
-    assert facts.corrupt_image == sample.CORRUPT_IMAGE
-    assert facts.missing_image == sample.MISSING_IMAGE
-    assert facts.near_duplicates == sample.NEAR_DUPLICATE_IMAGES
-    assert facts.exact_duplicates == sample.EXACT_DUPLICATE_IMAGES
-    assert facts.cropped_copy == sample.CROPPED_COPY
-    assert facts.brightened_copy == sample.BRIGHTENED_COPY
-    assert sample.PLANTED_NEAR_PAIRS == (
-        facts.near_duplicates,
-        facts.exact_duplicates,
-        facts.cropped_copy,
-        facts.brightened_copy,
-    )
-    assert facts == sample.sample_facts()
+def test_facts_values(facts, tasks, zip_entries):
+    """The facts write_sample returns, against the files it wrote, counted here (not the plan's own
+    constants, which write_sample already holds equal to the plan)."""
+    assert facts.pairs_per_task == {t: len(pairs) for t, pairs in tasks.items()} == {
+        "t2i": 8, "edit": 8, "interleaved": 6, "reasoning": 7}
+    assert facts.chosen_a == {t: sum(p["chosen"] == "A" for p in pairs) for t, pairs in tasks.items()}
+    names = _response_image_names(tasks)
+    assert facts.image_refs == len(names) == 73
+    in_zip = {Path(name).name: data for name, data in zip_entries.items()}
+    assert facts.missing_image in names and facts.missing_image not in in_zip
+    assert facts.corrupt_image in in_zip
+    with pytest.raises(Exception):
+        Image.open(io.BytesIO(in_zip[facts.corrupt_image])).load()
+    a, b = facts.exact_duplicates
+    assert in_zip[a] == in_zip[b]
+    for original, copy in (facts.cropped_copy, facts.brightened_copy, facts.near_duplicates):
+        assert in_zip[original] != in_zip[copy]
 
 
 def test_image_names_count_through_a_then_b(tasks):

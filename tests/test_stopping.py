@@ -76,14 +76,15 @@ def test_a_stop_inside_a_critical_section_waits_for_its_end():
 
 
 def test_a_second_signal_ends_the_process_at_once():
-    code, out, took = run("second")
+    code, out, _ = run("second")
+    # at once: the child would print "not stopped" 5 s after the second signal
     assert out == ["first SIGTERM", "second SIGINT"] and code == 128 + signal.SIGINT
-    assert took < 4
 
 
 def test_a_run_that_reaches_no_stop_point_is_stopped_anyway():
     from pipeline.stopping import FORCE_AFTER_SECONDS
 
     code, out, took = run("forced")
+    # stopped before the child's 30 s without a stop point end ("not stopped"), after waiting for one
     assert out == ["first SIGINT", "stopped SIGINT"] and code == 130
-    assert FORCE_AFTER_SECONDS <= took < FORCE_AFTER_SECONDS + 5
+    assert took >= FORCE_AFTER_SECONDS

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -136,9 +135,14 @@ def test_contaminated_pair_copies_a_visualprm_training_image():
     train, pair = sample.CONTAMINATED
     row = next(r for r in pq.read_table(io.BytesIO(sample.parquet_bytes())).to_pylist() if r["id"] == pair)
     a, b = hash_bytes("t", embedded_image(train)), hash_bytes("e", row["image"]["bytes"])
-    assert (a.width * 11 // 10, a.height * 11 // 10) == (b.width, b.height) or abs(b.width - round(a.width * 1.1)) <= 1
+    assert abs(b.width - round(a.width * 1.1)) <= 1 and abs(b.height - round(a.height * 1.1)) <= 1  # 110 %
     assert bin((a.phash ^ b.phash) & (2**64 - 1)).count("1") <= 6
-    assert json.loads(json.dumps(sample.facts().quarantined))["VLRB_0009"] == "id repeats an earlier row"
+
+
+def test_the_planted_repeated_id_is_in_the_shard_twice():
+    ids = [r["id"] for r in pq.read_table(io.BytesIO(sample.parquet_bytes()), columns=["id"]).to_pylist()]
+    assert sample.facts().quarantined["VLRB_0009"] == "id repeats an earlier row"
+    assert ids.count("VLRB_0009") == 2  # the shard itself holds the repeat the facts name"
 
 
 # ---- whole-shard faults: drift, no rows, every row refused --------------------------------------
