@@ -667,7 +667,9 @@ def _sql(args, layout: Layout, limits, timeout: float | None) -> int:
     except duckdb.OutOfMemoryException:
         raise
     except duckdb.Error as exc:
-        return _fail(f"query failed: {str(exc).splitlines()[0]}", 2)
+        lines = str(exc).splitlines()
+        hint = next((line.strip() for line in lines[1:] if line.strip().startswith(("Did you mean", "Candidate"))), None)
+        return _fail(f"query failed: {lines[0]}" + (f" {hint}" if hint else ""), 2)
     print(format_rows(columns, rows, fmt=args.format))
     return 0
 
@@ -1125,6 +1127,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("interrupted", 130)
     except env.SettingError as exc:  # an environment variable that cannot be read: the one line naming it
         return _fail(str(exc), 2)
+    except BrokenPipeError:  # the reader stopped reading (`| head`): nothing to say, nothing left to print
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:  # an unwritable or full data root, outside any run: say which path, no traceback
         where = f"cannot use {exc.filename}: " if exc.filename else ""
         return _fail(f"{where}{exc.strerror or exc}")

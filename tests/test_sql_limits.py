@@ -156,3 +156,25 @@ def test_a_killed_readers_spill_folder_is_removed_by_the_next_one(reader_home, t
         done = sql(reader_home, "select 1")
         assert done.returncode == 0, done.stderr
         assert sorted(p.name for p in spill.iterdir()) == ["rewardhouse-sql-busy"]
+
+
+def test_a_query_error_keeps_duckdbs_hint_in_its_one_line(reader_home):
+    done = sql(reader_home, "select * from number")
+    assert done.returncode == 2
+    assert one_line(done.stderr) == ('rewardhouse: query failed: Catalog Error: Table with name number does not exist! '
+                                     'Did you mean "numbers"?')
+    done = sql(reader_home, "select m from numbers")
+    assert done.returncode == 2 and 'Candidate bindings: "n"' in one_line(done.stderr)
+
+
+def test_a_float_column_prints_as_the_shortest_decimal_of_its_32_bits(reader_home):
+    done = sql(reader_home, "select 0.9999::float as score, 0.1::float as tenth, 0.9999::double as wide", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["score,tenth,wide", "0.9999,0.1,0.9999"]
+
+
+def test_a_reader_that_stops_reading_gets_no_broken_pipe(reader_home):
+    cmd = f"'{BIN / 'rewardhouse'}' sql 'select * from range(200000)' | head -1"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], env=reader_home, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == "" and done.stdout.startswith("range"), (done.returncode, done.stderr)

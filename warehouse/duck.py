@@ -100,6 +100,33 @@ class QueryStopped(Exception):
         self.reason, self.seconds = reason, seconds
 
 
+def _shortest32(v):
+    """A FLOAT (32-bit) value as the shortest decimal that reads back to it: 0.9998779, not the
+    0.9998779296875 its widening to a Python float spells."""
+    import struct
+
+    if not isinstance(v, float) or v != v or v in (float("inf"), float("-inf")):
+        return v
+    for digits in range(6, 10):
+        text = f"{v:.{digits}g}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == v:
+            return float(text)
+    return v
+
+
+def _float32_shortest(types, rows: list[tuple]) -> list[tuple]:
+    single = [i for i, t in enumerate(types) if str(t) == "FLOAT"]
+    if not single:
+        return rows
+    out = []
+    for row in rows:
+        row = list(row)
+        for i in single:
+            row[i] = _shortest32(row[i])
+        out.append(tuple(row))
+    return out
+
+
 def run_query(con: duckdb.DuckDBPyConnection, query: str, timeout: float | None) -> tuple[list[str], list[tuple]] | None:
     """Run `query` and fetch its rows, interruptibly: DuckDB holds the calling thread until the
     query ends, so the query runs on a worker thread while this one waits, and a timeout or Ctrl-C
@@ -117,7 +144,7 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, timeout: float | None)
         rel = None
         try:
             rel = con.sql(query)
-            done["result"] = None if rel is None else (rel.columns, rel.fetchall())
+            done["result"] = None if rel is None else (rel.columns, _float32_shortest(rel.types, rel.fetchall()))
         except BaseException as exc:  # handed to the waiting thread, raised there
             # Without its traceback: a frame holding the relation keeps the connection busy.
             done["error"] = exc.with_traceback(None)
