@@ -14,6 +14,7 @@ from pathlib import Path
 from pipeline import env
 from pipeline.settings import DEFAULT_MAX_DISTANCE, MMRB2_TASKS, REPO_ROOT, Layout
 
+PROGRESS_EVERY = 5.0  # seconds between progress lines when stderr is a log, not a terminal
 EXAMPLE_SQL = "select task, count(*) as pairs, round(avg((chosen = 'A')::int) * 100, 1) as chosen_a_pct from mmrb2_pairs group by task order by task"
 
 
@@ -752,8 +753,16 @@ def cmd_dedupe(args) -> int:
         return 0 if duplicate is not None else 1
     started = time.perf_counter()
 
+    terminal = sys.stderr.isatty()
+    last = [0.0]
+
     def progress(done: int, total: int, rate: float) -> None:
-        print(f"\rhashed {done}/{total} images ({rate:.0f}/s)", end="", file=sys.stderr, flush=True)
+        text = f"hashed {done}/{total} images ({rate:.0f}/s)"
+        if terminal:  # one line rewritten in place
+            print(f"\r{text}", end="", file=sys.stderr, flush=True)
+        elif done == total or time.perf_counter() - last[0] >= PROGRESS_EVERY:  # a log: whole lines, now and then
+            last[0] = time.perf_counter()
+            print(text, file=sys.stderr, flush=True)
 
     from pipeline import env
     from pipeline.dedupe.executor import Executor
@@ -765,9 +774,11 @@ def cmd_dedupe(args) -> int:
         result = dedupe_folder(root, args.max_distance, workers=args.workers or None, progress=progress,
                                executor=executor)
     except RayUnavailable as exc:
-        print(file=sys.stderr)
+        if terminal:
+            print(file=sys.stderr)
         return _fail(str(exc))
-    print(file=sys.stderr)
+    if terminal:
+        print(file=sys.stderr)
     for path, reason in result.errors:
         print(f"rewardhouse: skipped unreadable {path}: {reason}", file=sys.stderr)
     if args.report:

@@ -102,3 +102,24 @@ def test_the_command_starts_without_dagster_or_pandas(tmp_path):
     assert "numpy" in imported and "duckdb" in imported
     assert not {m for m in imported if m.split(".")[0] in ("pandas", "dagster", "great_expectations")}
     assert done.stdout.count("\n") == 4  # the CSV header and one row per image
+
+
+def test_progress_written_to_a_log_is_whole_lines(tmp_path):
+    """stderr that is not a terminal (a log, a CI job) gets whole progress lines, not one line
+    rewritten with carriage returns."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for seed in range(12):
+        picture(seed).save(d / f"p{seed}.png")
+    cli = Path(sys.executable).with_name("rewardhouse")
+    done = subprocess.run([str(cli), "dedupe", str(d), "--workers", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr
+    *progress, summary = done.stderr.splitlines()
+    assert progress and all(re.fullmatch(r"hashed \d+/12 images \(\d+/s\)", line) for line in progress), progress
+    assert progress[-1].startswith("hashed 12/12 ") and summary.startswith("12 images, ")
