@@ -85,8 +85,10 @@ def _published_verdicts(layout, candidate: Candidate, names) -> list[CheckOutcom
 
 
 @dg.multi_asset_check(
-    specs=[dg.AssetCheckSpec(name, asset="release_candidate", blocking=True, description=_RULE_DESCRIPTIONS[name])
-           for name in RULE_CHECKS],
+    # a check that only ever warns is not marked blocking (the UI would label it so); the others
+    # block when their severity (fixed, or chosen by a setting) is ERROR
+    specs=[dg.AssetCheckSpec(name, asset="release_candidate", blocking=name not in rules.WARN_ONLY,
+                             description=_RULE_DESCRIPTIONS[name]) for name in RULE_CHECKS],
 )
 def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate):
     settings, layout = rewardhouse.settings(), rewardhouse.layout()

@@ -156,6 +156,9 @@ def _has(con, table: str) -> bool:
     return bool(con.execute("select count(*) from information_schema.tables where table_name = ?", [table]).fetchone()[0])
 
 
+WARN_ONLY = ("dedupe_sanity",)  # rule checks whose failure is a warning whatever the settings
+
+
 def dedupe_sanity(con, q: QualitySettings) -> CheckOutcome:
     largest = con.execute("select coalesce(max(n), 0) from (select count(*) n from duplicate_clusters group by cluster_id)").fetchone()[0]
     clusters = con.execute("select count(distinct cluster_id) from duplicate_clusters").fetchone()[0]

@@ -111,3 +111,14 @@ def test_make_validate_needs_no_dagster_home(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "All code locations passed validation" in done.stdout + done.stderr
     assert (tmp_path / "home" / "dagster" / "dagster.yaml").is_file()
+
+
+def test_only_checks_that_can_fail_with_error_are_marked_blocking():
+    """The UI labels a blocking check as such: a rule that only ever warns (dedupe_sanity) is not
+    one; every GX suite and every rule whose severity can be ERROR is."""
+    from checks.rules import WARN_ONLY
+
+    specs = {spec.name: spec for checks in defs.asset_checks for spec in checks.check_specs}
+    assert WARN_ONLY and all(not specs[name].blocking for name in WARN_ONLY)
+    assert all(spec.blocking for name, spec in specs.items() if name not in WARN_ONLY), \
+        sorted(n for n, s in specs.items() if not s.blocking)
