@@ -285,3 +285,31 @@ def test_a_text_not_leak_override_drops_the_text_link_and_is_listed(home, capsys
         assert train_mark.startswith("As shown in the figure, AB") and eval_mark.startswith("As shown in the figure,\nAB")
         assert page.text_content(f"{card} .text.eval p").startswith("Hint: Please answer the question")
         assert refused == [] and errors == []
+
+
+def test_a_folder_report_shows_clusters_and_near_misses_and_how_to_run_it_again(tmp_path, capsys):
+    """`rewardhouse dedupe DIR --report`: no contamination, eval-set filter or overrides (a folder
+    has no eval sets, and the overrides file is the pipeline's), no `rewardhouse override`
+    command anywhere; the cluster is there, with the command that runs it again."""
+    from tests.dedupe_images import crop, encode, photo
+
+    folder = tmp_path / "pics"
+    folder.mkdir()
+    base = photo(5)
+    (folder / "a.png").write_bytes(encode(base))
+    (folder / "a_crop.png").write_bytes(encode(crop(base, 0.04)))
+    (folder / "b.png").write_bytes(encode(photo(6)))
+    report = tmp_path / "report.html"
+    assert main(["dedupe", str(folder), "--report", str(report), "--output", str(tmp_path / "c.csv")]) == 0
+    with offline_page() as (page, refused, errors):
+        page.goto(report.as_uri())
+        page.wait_for_selector("#clusters .cluster")
+        for gone in ("#contamination", "#textleaks", "#evaloverlap", "#overrides", "#f-eval"):
+            assert page.query_selector(gone) is None, gone
+        assert page.eval_on_selector_all("nav a", "as => as.map(a => a.getAttribute('href'))") == ["#clusters", "#near"]
+        text = page.inner_text("body")
+        assert "rewardhouse override" not in text and "contamination" not in text.lower()
+        assert f"rewardhouse dedupe {folder} --max-distance N --report {report}" in page.inner_text("#rerun")
+        shown = {e for e, _ in _loaded(page, "#clusters")}
+        assert shown == {"folder:a.png", "folder:a_crop.png"}
+        assert not errors and not refused, (errors, refused)

@@ -121,6 +121,7 @@ def test_dedupe_report_on_a_folder(tmp_path, capsys):
         assert (folder / page["images"][m[0]][6]).is_file()  # report_files/thumbs/ab/<sha>.jpg
     assert page["sqlHint"].startswith(f"rewardhouse dedupe {folder} --output")
     assert page["leaks"] is None and page["leakOverrides"] is None  # no records in a folder: no leak section
+    assert page["folder"] and page["rerun"].startswith(f"rewardhouse dedupe {folder} --max-distance N --report {report}")
     # The report's thumbnails are not images of the set on the next run.
     capsys.readouterr()
     assert main(["dedupe", str(folder)]) == 0

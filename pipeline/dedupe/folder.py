@@ -32,6 +32,7 @@ class FolderDedupe:
     errors: list[tuple[str, str]] = field(default_factory=list)
     result: Dedupe | None = None
     table: "pa.Table | None" = None  # the hashed images' rows (dataset "folder", image_key = path under DIR)
+    max_distance: int = DEFAULT_MAX_DISTANCE  # the candidate radius it was found at
 
     @property
     def clusters(self) -> int:
@@ -86,7 +87,7 @@ def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers:
         results = executor.hash_files(items, progress=progress)
     else:
         results = hash_files(items, workers=workers, progress=progress)
-    out = FolderDedupe(errors=[(r.key, r.error) for r in results if r.error])
+    out = FolderDedupe(errors=[(r.key, r.error) for r in results if r.error], max_distance=max_distance)
     ok = [r for r in results if not r.error]
     if not ok:
         return out
@@ -202,5 +203,7 @@ def write_report(root: Path, found: FolderDedupe, report: Path):
         title=f"rewardhouse dedupe: {root}", subtitle=f"{table.num_rows} images",
         images=table, clusters=clusters, near_misses=near_misses(table, found.result) if found.result else None,
         sql_hint=f"rewardhouse dedupe {root} --output clusters.csv   (every image with its cluster, rule and score)",
+        rerun=(f"rewardhouse dedupe {root} --max-distance N --report {report}   (this page was made at a candidate "
+               f"radius of {found.max_distance} bits; every candidate is verified)"),
     )
     return write_review(report, data, reader, ThumbnailStore(files), seed=str(root), thumbs_dir=f"{files.name}/thumbs")

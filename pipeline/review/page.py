@@ -90,6 +90,8 @@ class ReviewInput:
     subtitle: str = ""
     record_leaks: RecordLeaks | None = None  # None: no such section (a folder report)
     leak_overrides: pa.Table | None = None  # leak_overrides: the text not_leak decisions and their effects
+    rerun: str | None = None  # a folder report: how to run it again (another threshold); no contamination,
+    # eval sets or override commands on such a page (the overrides file is the pipeline's)
 
 
 @dataclass
@@ -257,7 +259,7 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
 
     page = {
         "title": data.title, "subtitle": data.subtitle, "release": data.release_id, "schema": data.schema,
-        "sqlHint": data.sql_hint,
+        "sqlHint": data.sql_hint, "folder": data.rerun is not None, "rerun": data.rerun,
         "contamination": [[ref((r["train_dataset"], r["train_image_key"])), ref((r["eval_dataset"], r["eval_image_key"])),
                            r["distance"], r["kind"], _round(r["score"])] for r in contamination],
         "clusters": [],
