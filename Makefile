@@ -11,7 +11,9 @@ SCALE := $(if $(filter s3://%,$(REWARDHOUSE_HOME)),--extra scale,)
 
 bootstrap:
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv
-	@$(UV) sync --frozen --quiet --inexact
+	@# bytecode compiled at install: where PYTHONDONTWRITEBYTECODE=1 is set nothing would ever be
+	@# cached, and every command would compile Dagster again at start-up
+	@$(UV) sync --frozen --quiet --inexact --compile-bytecode
 	@$(UV) run --frozen python -m checks.web_assets fetch
 
 run: bootstrap
@@ -44,6 +46,7 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_review.py
 	$(UV) run --frozen python tests/benchmarks/bench_text_leaks.py
 	$(UV) run --frozen python tests/benchmarks/bench_record_leaks.py
+	$(UV) run --frozen python tests/benchmarks/bench_startup.py
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 
 validate: bootstrap

@@ -963,10 +963,40 @@ def cmd_gc(args) -> int:
     return 0
 
 
+IN_FLIGHT_STATUSES = ("STARTING", "STARTED", "CANCELING")  # pipeline.runs.IN_FLIGHT, by name (no Dagster import)
+
+
+def _idle_status(home: Path) -> list[str] | None:
+    """status's closing lines when the instance is idle (no run in flight, no pool slot taken), read
+    from its SQLite files read-only; None whenever that is not certain (then Dagster reads them)."""
+    import sqlite3
+
+    runs_db, index_db = home / "history" / "runs.db", home / "history" / "runs" / "index.db"
+    if not runs_db.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{runs_db.as_uri()}?mode=ro", uri=True, timeout=1)) as con:
+            marks = ",".join("?" * len(IN_FLIGHT_STATUSES))
+            if con.execute(f"select count(*) from runs where status in ({marks})", IN_FLIGHT_STATUSES).fetchone()[0]:
+                return None
+        lines = ["runs in flight: none"]
+        if not index_db.is_file():
+            return lines
+        with contextlib.closing(sqlite3.connect(f"{index_db.as_uri()}?mode=ro", uri=True, timeout=1)) as con:
+            if con.execute("select count(*) from concurrency_slots where not deleted and run_id is not null").fetchone()[0]:
+                return None
+            if con.execute("select count(*) from pending_steps").fetchone()[0]:
+                return None
+            slots = dict(con.execute("select concurrency_key, count(*) from concurrency_slots where not deleted "
+                                     "group by concurrency_key").fetchall())
+    except sqlite3.Error:
+        return None
+    return lines + [f"pool `{pool}`: 0 of {slots[pool]} slots taken" for pool in sorted(slots)]
+
+
 def cmd_status(args) -> int:
     """Who holds what on this data root: the lock files, the runs in flight (alive or dead) and the
     pool slots; `--clean` cleans up after dead runs now, as the next `rewardhouse run` would."""
-    from pipeline.runs import describe_run, judge, reap_dead_runs, runs_in_flight
     from warehouse.store import WRITER_LOCK, lock_holder
 
     layout = Layout()
@@ -975,6 +1005,12 @@ def cmd_status(args) -> int:
                        (f"warehouse writer ({WRITER_LOCK})", layout.releases / WRITER_LOCK)):
         holder = lock_holder(path)
         print(f"{what}: {f'held by {holder.describe()}' if holder else 'free'}")
+    idle = None if args.clean else _idle_status(home)
+    if idle is not None:  # nothing in flight, no slot taken: said without loading Dagster (~1 s)
+        print("\n".join(idle))
+        return 0
+    from pipeline.runs import describe_run, judge, reap_dead_runs, runs_in_flight
+
     with _cli_instance(home) as instance:
         if args.clean:
             for line in reap_dead_runs(instance, by="rewardhouse status --clean"):

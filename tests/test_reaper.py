@@ -144,3 +144,24 @@ def test_status_shows_who_holds_what_and_clean_reaps(home, capsys):
     assert out[2] == (f"cleaned up after dead run {run_id} (process {holder.pid} on {holder.host} is gone): "
                       "marked it failed, freed its `warehouse` pool slot")
     assert out[3:] == ["runs in flight: none", "pool `warehouse`: 0 of 1 slots taken"]
+
+    # idle now: the answer read from the SQLite files without Dagster is the one Dagster gives
+    assert main(["status"]) == 0
+    fast = capsys.readouterr().out
+    from pipeline import cli
+
+    assert cli._idle_status(prepare_dagster_home(Layout())) is not None  # the fast path answered
+    original = cli._idle_status
+    try:
+        cli._idle_status = lambda home: None  # noqa: E731  (as if it could not tell)
+        assert main(["status"]) == 0
+    finally:
+        cli._idle_status = original
+    assert capsys.readouterr().out == fast
+
+
+def test_the_status_names_of_runs_in_flight_are_the_reapers():
+    from pipeline.cli import IN_FLIGHT_STATUSES
+    from pipeline.runs import IN_FLIGHT
+
+    assert IN_FLIGHT_STATUSES == tuple(s.value for s in IN_FLIGHT)
