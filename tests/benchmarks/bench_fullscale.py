@@ -61,7 +61,6 @@ import argparse
 import hashlib
 import io
 import json
-import math
 import multiprocessing
 import os
 import random
@@ -101,24 +100,11 @@ WORKERS = 2
 
 
 def photo(seed: int, size: tuple[int, int]):
-    """bench_hashing.photo_like's picture at a given size: a smooth colour field, a gradient, soft
-    shapes and sensor noise (an RGB PIL image)."""
-    import numpy as np
-    from PIL import Image, ImageDraw, ImageFilter
+    """bench_hashing.photo_like's picture at a given size (an RGB PIL image)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_hashing import photo_picture
 
-    rng = np.random.default_rng(seed)
-    w, h = size
-    im = Image.fromarray(rng.integers(0, 256, (3, 4, 3), dtype=np.uint8)).resize((w, h), Image.Resampling.BICUBIC)
-    draw = ImageDraw.Draw(im)
-    for _ in range(10):
-        x, y = int(rng.integers(0, w)), int(rng.integers(0, h))
-        rw, rh = int(rng.integers(w // 20, w // 3)), int(rng.integers(h // 20, h // 3))
-        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
-        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)([x - rw, y - rh, x + rw, y + rh], fill=colour)
-    ramp = np.linspace(-30, 30, w, dtype=np.float32)[None, :, None]
-    pixels = np.asarray(im.filter(ImageFilter.GaussianBlur(1.5)), dtype=np.float32) + ramp
-    pixels += rng.normal(0, 6, (h, w, 1)).astype(np.float32)
-    return Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+    return photo_picture(seed, size)
 
 
 def jpeg(im, quality: int) -> bytes:
@@ -871,6 +857,8 @@ def main() -> None:
     print(f"  numba kernels' cache warmed first: {warm['seconds']:.1f}s (a new checkout pays this once, in image_dedupe)")
 
     shutil.rmtree(HOME, ignore_errors=True)
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").is_file() else ["?"] * 3
+    print(f"  load average before the runs: {' '.join(load)} (above ~0.3 another job shares the cores: figures are noisy)")
     print(f"  $ REWARDHOUSE_HOME={HOME} DAGSTER_HOME={HOME}/dagster {' '.join(rewardhouse_command())} run "
           f"--source local --path {mirror}   (twice)", flush=True)
     cold = watched_run(mirror, "cold")

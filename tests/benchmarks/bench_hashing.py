@@ -45,11 +45,18 @@ SIZES = [(640, 480), (800, 600), (1024, 768), (1280, 960), (1600, 1200), (768, 1
 def photo_like(seed: int) -> bytes:
     """A JPEG of realistic size whose low frequencies look like a photo's: a smooth colour
     field, a gradient, soft shapes and sensor noise."""
+    buf = io.BytesIO()
+    photo_picture(seed, SIZES[seed % len(SIZES)]).save(buf, "JPEG", quality=85 + seed % 8)
+    return buf.getvalue()
+
+
+def photo_picture(seed: int, size: tuple[int, int]):
+    """photo_like's picture at a given size (an RGB PIL image)."""
     import numpy as np
     from PIL import Image, ImageDraw, ImageFilter
 
     rng = np.random.default_rng(seed)
-    w, h = SIZES[seed % len(SIZES)]
+    w, h = size
     im = Image.fromarray(rng.integers(0, 256, (3, 4, 3), dtype=np.uint8)).resize((w, h), Image.Resampling.BICUBIC)
     draw = ImageDraw.Draw(im)
     for _ in range(10):
@@ -60,9 +67,7 @@ def photo_like(seed: int) -> bytes:
     ramp = np.linspace(-30, 30, w, dtype=np.float32)[None, :, None]
     pixels = np.asarray(im.filter(ImageFilter.GaussianBlur(1.5)), dtype=np.float32) + ramp
     pixels += rng.normal(0, 6, (h, w, 1)).astype(np.float32)
-    buf = io.BytesIO()
-    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buf, "JPEG", quality=85 + seed % 8)
-    return buf.getvalue()
+    return Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
 
 
 def make_corpus(folder: Path, zip_path: Path, n: int) -> None:
