@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from pipeline import datasets
 from pipeline.dedupe.decisions import (
-    HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, near_misses, thumb_file,
+    HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_BATCH, SIGNATURE_SCHEMA, find_duplicates, near_misses, thumb_file,
 )
 from pipeline.review.overrides import OverridesError, unusable_overrides
 from pipeline.dedupe.engine import ENGINE_VERSION
@@ -40,7 +40,8 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     def compute():
         published = pa.concat_tables([pq.read_table(p, columns=HASHES_SCHEMA.names) for p in sources])
         tables = {"image_hashes": published.cast(HASHES_SCHEMA)}
-        signatures = write_staged_stream(out / "internal" / "image_signatures.parquet", sources, SIGNATURE_SCHEMA)
+        signatures = write_staged_stream(out / "internal" / "image_signatures.parquet", sources, SIGNATURE_SCHEMA,
+                                         batch_rows=SIGNATURE_BATCH)
         counts = published.group_by("dataset").aggregate([("image_key", "count")]).to_pylist()
         metadata = {**plain_counts(tables), **{f"hashed_{c['dataset']}": c["image_key_count"] for c in counts},
                     "preview": preview(published, columns=["dataset", "image_key", "phash", "width", "height"])}

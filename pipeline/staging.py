@@ -136,6 +136,14 @@ def streaming_parquet(path) -> pq.ParquetFile:
     return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
 
 
+def streamed(path: str | Path, batch_rows: int, columns: list[str] | None = None):
+    """A Parquet file's record batches, read as a stream: buffered reads and no pre-buffering, so
+    memory holds about one batch, not a whole row group (Arrow otherwise reads every column chunk
+    of the row groups ahead into its pool, which for a thumbnail column is hundreds of MB)."""
+    return pq.ParquetFile(path, buffer_size=1 << 22, pre_buffer=False).iter_batches(batch_size=batch_rows,
+                                                                                     columns=columns)
+
+
 def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch_rows: int = 8192) -> str:
     """Concatenate staged Parquet files into one, batch by batch (memory: one batch, not the
     tables), written to a temporary name and renamed into place."""
@@ -143,7 +151,8 @@ def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch
     tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.parquet")
     with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
         for source in sources:
-            for batch in pq.ParquetFile(source).iter_batches(batch_size=batch_rows, columns=schema.names):
+            for batch in streamed(source, batch_rows, schema.names):
                 writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+    pa.default_memory_pool().release_unused()
     os.replace(tmp, path)
     return str(path)

@@ -100,6 +100,9 @@ CONTAMINATION_SCHEMA = pa.schema(
 )
 
 
+SIGNATURE_BATCH = 1024  # rows per row group of a staged signatures file, and per batch read from it (~20 MB)
+
+
 class ThumbColumn:
     """`thumbs[rows]` over a table's fixed-size binary thumbnail column; `thumbs.fine(rows)` the
     packed 256 px lumas of the second look (None where an image has none) from its `fine` column."""
@@ -381,14 +384,17 @@ def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters:
     ).to_arrow_table()
 
 
-def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> ThumbFile:
+def thumb_file(signatures_path: str, out: Path, batch_rows: int = SIGNATURE_BATCH) -> ThumbFile:
     """The thumbnails of a staged signatures file as a memory-mapped (rows, THUMB_BYTES) uint8 array,
     and its packed 256 px lumas (`fine`) one after the other with (rows + 1) offsets, written
-    batch by batch beside `out` (memory: one batch; the engine pages in what it verifies)."""
+    batch by batch beside `out` with plain writes from the Arrow buffers (memory: about one batch,
+    staging.streamed; nothing of the output stays mapped; the engine pages in what it verifies)."""
     import os
     import uuid
 
     import pyarrow.parquet as pq
+
+    from pipeline.staging import streamed
 
     f = pq.ParquetFile(signatures_path)
     rows = f.metadata.num_rows
@@ -398,22 +404,28 @@ def thumb_file(signatures_path: str, out: Path, batch_rows: int = 8192) -> Thumb
     tmp = out.with_name(f".{out.stem}.{tag}.npy")
     fine_out, offsets_out = out.with_name(f"{out.stem}.fine.bin"), out.with_name(f"{out.stem}.fine.offsets.npy")
     fine_tmp = fine_out.with_name(f".{fine_out.name}.{tag}")
-    arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(rows, width))
     offsets = np.zeros(rows + 1, np.int64)
     has_fine = "fine" in f.schema_arrow.names
     at = 0
-    with open(fine_tmp, "wb") as blob:
-        for batch in f.iter_batches(batch_size=batch_rows, columns=["thumb", "fine"] if has_fine else ["thumb"]):
+    with open(tmp, "wb") as thumbs, open(fine_tmp, "wb") as blob:
+        np.lib.format.write_array_header_1_0(thumbs, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
+                                                     "fortran_order": False, "shape": (rows, width)})
+        for batch in streamed(signatures_path, batch_rows, ["thumb", "fine"] if has_fine else ["thumb"]):
             part = ThumbColumn(batch.column(0)).data
-            arr[at:at + len(part)] = part
-            fine = batch.column(1).to_pylist() if has_fine else [None] * len(part)
-            for k, b in enumerate(fine):
-                if b:
-                    blob.write(b)
-                offsets[at + k + 1] = offsets[at + k] + (len(b) if b else 0)
-            at += len(part)
-    arr.flush()
-    del arr
+            thumbs.write(part.tobytes())
+            n = len(part)
+            if has_fine:  # the binary column's own offsets and bytes (a null is a zero-length value)
+                col = batch.column(1)
+                ends = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1].astype(np.int64)
+                if ends[-1] > ends[0]:
+                    blob.write(memoryview(col.buffers()[2])[ends[0]:ends[-1]])
+                offsets[at + 1:at + n + 1] = offsets[at] + (ends[1:] - ends[0])
+            else:
+                offsets[at + 1:at + n + 1] = offsets[at]
+            at += n
+    pa.default_memory_pool().release_unused()  # the batches' memory back to the system, not kept by the pool
+    if at != rows:
+        raise ValueError(f"{signatures_path}: {at} thumbnails read of {rows} rows")
     np.save(offsets_out.with_name(f".{offsets_out.name}.{tag}"), offsets)
     os.replace(fine_tmp, fine_out)
     os.replace(offsets_out.with_name(f".{offsets_out.name}.{tag}.npy"), offsets_out)
