@@ -1,6 +1,10 @@
 """Dedupe decisions: clusters and contamination across datasets, the rollout rule for samples."""
 
+from pathlib import Path
+
+import numpy as np
 import pyarrow as pa
+import pytest
 
 from pipeline.dedupe.decisions import SIGNATURE_SCHEMA, find_duplicates, mark_samples
 
@@ -86,3 +90,64 @@ def test_rollouts_sharing_an_image_are_not_duplicates_unless_question_and_steps_
     assert [out[s]["is_contaminated"] for s in ("r0", "r1", "r2", "r3")] == [False, False, False, True]
     assert out["r0"]["image_clusters"] == out["r2"]["image_clusters"] == ["c1"]
     assert out["r3"]["image_clusters"] == ["sha256:s3"]
+
+
+MEMORY_PROBE = """
+import sys
+import numpy as np
+from pathlib import Path
+from pipeline.dedupe.decisions import thumb_file
+
+def hwm():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) // 1024
+
+path, out = sys.argv[1], Path(sys.argv[2])
+import pyarrow.parquet  # imports paid before the baseline
+base = hwm()
+files = thumb_file(path, out)
+print(hwm() - base, files.thumbs.shape[0])
+"""
+
+
+def _signatures_file(path: Path, rows: int) -> None:
+    """`rows` signatures with random thumbnails and a fine luma on every tenth, in row groups of
+    SIGNATURE_BATCH rows, as image_hashes stages them (staging.write_staged_stream)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.dedupe.decisions import SIGNATURE_BATCH, THUMB_BYTES
+    from pipeline.dedupe.hashing import pack_fine
+
+    rng = np.random.default_rng(rows)
+    thumbs = rng.integers(0, 256, (rows, THUMB_BYTES), dtype=np.uint8)
+    luma = rng.integers(0, 256, (256, 256), dtype=np.uint8)
+    fine = [pack_fine(np.roll(luma, k)) if k % 10 == 0 else None for k in range(rows)]
+    columns = {f.name: pa.nulls(rows, f.type) for f in SIGNATURE_SCHEMA}
+    columns.update(dataset=pa.array(["d"] * rows), image_key=pa.array([f"k{k}" for k in range(rows)]),
+                   thumb=pa.FixedSizeBinaryArray.from_buffers(pa.binary(THUMB_BYTES), rows,
+                                                            [None, pa.py_buffer(thumbs.tobytes())]),
+                   fine=pa.array(fine, pa.binary()))
+    table = pa.table([columns[f.name].cast(f.type) for f in SIGNATURE_SCHEMA], schema=SIGNATURE_SCHEMA)
+    pq.write_table(table, path, row_group_size=SIGNATURE_BATCH, compression="zstd")
+    np.save(path.with_suffix(".check.npy"), thumbs[::997])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc (Linux)")
+def test_thumb_file_memory_does_not_grow_with_the_file(tmp_path):
+    """Turning 2,048 and then 8,192 signatures (37 and 150 MB of thumbnails) into the engine's
+    files raises the process's peak memory by about the same (a few row groups as Arrow reads them),
+    not by the file; the thumbnails come out intact."""
+    import subprocess
+    import sys
+
+    grew = {}
+    for rows in (2048, 8192):
+        path = tmp_path / f"signatures{rows}.parquet"
+        _signatures_file(path, rows)
+        done = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(path), str(tmp_path / f"thumbs{rows}.npy")],
+                              capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+        assert done.returncode == 0, done.stderr[-2000:]
+        grew[rows], n = map(int, done.stdout.split())
+        assert n == rows
+        got = np.load(tmp_path / f"thumbs{rows}.npy", mmap_mode="r")
+        assert np.array_equal(got[::997], np.load(path.with_suffix(".check.npy")))
+    assert grew[8192] < grew[2048] + 30 and grew[8192] < 200, grew
