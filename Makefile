@@ -27,14 +27,14 @@ test-fast: bootstrap
 	$(UV) run --frozen pytest -q -m fast
 
 # The Dagster home: DAGSTER_HOME, else <data root>/dagster (for a bucket root, in its local scratch folder),
-# holding this dagster.yaml (which reads DAGSTER_HOME, so Dagster's own commands need it set).
+# holding this dagster.yaml, so CLI runs and the UI share one run history.
 DAGSTER_HOME_SET = home="$${DAGSTER_HOME:-$$($(UV) run --frozen $(SCALE) python -c 'from pipeline.settings import Layout; print(Layout().dagster_home)')}"; \
 	mkdir -p "$$home"; cmp -s dagster.yaml "$$home/dagster.yaml" || cp dagster.yaml "$$home/dagster.yaml"
 
 dev: bootstrap
 	@$(DAGSTER_HOME_SET); \
 	echo "DAGSTER_HOME=$$home"; \
-	DAGSTER_HOME="$$home" exec $(UV) run --frozen $(SCALE) dagster dev -h "$${REWARDHOUSE_UI_HOST:-127.0.0.1}" -p "$${REWARDHOUSE_UI_PORT:-3000}"
+	DAGSTER_HOME="$$home" exec $(UV) run --frozen $(SCALE) dg dev --host "$${REWARDHOUSE_UI_HOST:-127.0.0.1}" --port "$${REWARDHOUSE_UI_PORT:-3000}"
 
 bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_mmrb2_images.py
@@ -50,9 +50,9 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_fullscale.py
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py
 
+# Dagster's dg CLI ([tool.dg] in pyproject.toml): `dg dev` above, `dg check defs` here.
 validate: bootstrap
-	@$(DAGSTER_HOME_SET); \
-	DAGSTER_HOME="$$home" $(UV) run --frozen $(SCALE) dagster definitions validate
+	$(UV) run --frozen $(SCALE) dg check defs
 
 clean:
 	rm -rf .venv .pytest_cache

@@ -94,23 +94,27 @@ def test_bumping_an_assets_code_version_redoes_its_staged_work(tmp_path):
         assert reused(bumped) is True
 
 
-def test_make_validate_needs_no_dagster_home(tmp_path):
-    """`make validate` loads the definitions with the project's dagster.yaml, which reads
-    DAGSTER_HOME: with none set it uses the data root's Dagster home, as `make dev` does."""
+def test_dg_check_defs_and_make_validate_from_the_repository_root(tmp_path):
+    """Dagster's dg CLI loads the project from [tool.dg] with no DAGSTER_HOME set (dagster.yaml
+    names no variable), directly and as `make validate` runs it."""
     import os
     import shutil
-    import subprocess
 
     from pipeline.settings import REPO_ROOT
 
-    if shutil.which("uv") is None or shutil.which("make") is None:
-        pytest.skip("make validate needs make and uv on PATH")
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     env["REWARDHOUSE_HOME"] = str(tmp_path / "home")
-    done = subprocess.run(["make", "-s", "validate"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "All code locations passed validation" in done.stdout + done.stderr
-    assert (tmp_path / "home" / "dagster" / "dagster.yaml").is_file()
+    dg_cli = Path(sys.executable).with_name("dg")
+    done = subprocess.run([str(dg_cli), "check", "defs"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and "All definitions loaded successfully" in done.stdout + done.stderr, \
+        (done.stdout + done.stderr)[-3000:]
+    if shutil.which("uv") is None or shutil.which("make") is None:
+        pytest.skip("make validate needs make and uv on PATH (dg check defs passed)")
+    done = subprocess.run(["make", "-s", "validate"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and "All definitions loaded successfully" in done.stdout + done.stderr, \
+        (done.stdout + done.stderr)[-3000:]
 
 
 def test_only_checks_that_can_fail_with_error_are_marked_blocking():
