@@ -222,3 +222,36 @@ def test_a_whole_run_on_ray_publishes_the_release_the_local_pool_does(tmp_path):
     prm = [row[0] for row in sqlite3.connect(db).execute("select event from event_logs where step_key = 'visualprm_images'")]
     assert any("reading and hashing on a local Ray instance" in e for e in prm)
     assert any("read and hashed" in e for e in logged)
+
+
+def test_a_ray_dedupe_says_only_its_own_lines_and_copies_no_environment(tmp_path):
+    """`rewardhouse dedupe DIR --executor ray` as a user runs it (under `uv run` when uv is there):
+    no Ray start-up lines among its own, and no copy of the environment in Ray's temp folder (the
+    workers of a local instance run this interpreter)."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for seed in range(6):
+        (folder / f"p{seed}.png").write_bytes(encode(photo(seed)))
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    try:
+        env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
+        cli = Path(sys.executable).with_name("rewardhouse")
+        repo = Path(__file__).resolve().parents[1]
+        uv = shutil.which("uv")
+        argv = ([uv, "run", "--frozen", "--extra", "scale", "rewardhouse"] if uv else [str(cli)])
+        done = subprocess.run([*argv, "dedupe", str(folder), "--executor", "ray", "--output", str(tmp_path / "c.csv")],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        ours = [line for line in lines if re.match(r"(hashed \d+/6 images|6 images, )", line)]
+        assert lines == ours, lines
+        copied = sum(p.stat().st_size for p in ray_tmp.rglob("*") if p.is_file() and "runtime_resources" in p.parts)
+        assert copied < 10 * 2**20, f"{copied / 2**20:.0f} MB under runtime_resources"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -10,6 +10,7 @@ be reached, or is lost, is one line naming its address.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -68,6 +69,10 @@ def connect(address: str | None = None, *, num_cpus: int | None = None):
         # cluster (the switch is named after the platforms where that is the default); a local
         # instance then listens on loopback only.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        # Under `uv run`, Ray would package the working folder and build a copy of the environment
+        # for its workers (1.6 GB in its temp folder, seconds per start); a local instance's
+        # workers run this interpreter, whose environment is installed already.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     import ray
 
     if ray.is_initialized():
@@ -84,11 +89,12 @@ def connect(address: str | None = None, *, num_cpus: int | None = None):
             # A head on this machine's loopback: this driver is a node of that address too (Ray
             # would otherwise pick the machine's outward address, which the head may not serve).
             local = {"_node_ip_address": "127.0.0.1"} if endpoint and endpoint[0] in ("127.0.0.1", "localhost") else {}
-            ray.init(address=address, log_to_driver=False, **local)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, **local)
         else:
             # "local": always a new instance of its own, never a cluster that `ray start` left behind.
+            # quiet: Ray's own start-up lines (the instance, its token) are not this command's to say
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                     log_to_driver=False)
+                     log_to_driver=False, logging_level=logging.ERROR)
     except Exception as exc:  # ray raises ConnectionError, RuntimeError, ... for an unreachable head
         raise RayUnavailable(f"no Ray cluster at {address or 'a local instance'}: {_one_line(exc)}") from None
     finally:
