@@ -234,7 +234,7 @@ def test_cli_names_a_data_root_that_cannot_be_a_folder_in_one_line(tmp_path):
     env = {**os.environ, "REWARDHOUSE_HOME": str(root), "PYTHONWARNINGS": "ignore"}
     env.pop("DAGSTER_HOME", None)
     failed = subprocess.run([str(CLI), "run"], env=env, capture_output=True, text=True, timeout=120)
-    assert failed.returncode == 1
+    assert failed.returncode == 2  # refused before anything runs, as a setting that cannot run is
     assert "Traceback" not in failed.stderr
     (error,) = failed.stderr.strip().splitlines()
     assert error.startswith("rewardhouse: ") and str(root) in error, error

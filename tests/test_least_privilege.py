@@ -306,11 +306,12 @@ def test_make_dev_passes_the_configured_host_and_port(tmp_path):
     shims = tmp_path / "shims"
     uv = _stand_in_uv(shims)
     argv_file = tmp_path / "argv"
-    (shims / "dagster").write_text(f'#!/bin/sh\necho "$@" > {argv_file}\n')
-    (shims / "dagster").chmod(0o755)
+    (shims / "dg").write_text(f'#!/bin/sh\necho "$@" > {argv_file}\n')  # make dev runs Dagster's dg dev
+    (shims / "dg").chmod(0o755)
 
-    for extra, expected in (({}, "dev -h 127.0.0.1 -p 3000"),
-                            ({"REWARDHOUSE_UI_HOST": "0.0.0.0", "REWARDHOUSE_UI_PORT": "3999"}, "dev -h 0.0.0.0 -p 3999")):
+    for extra, expected in (({}, "dev --host 127.0.0.1 --port 3000"),
+                            ({"REWARDHOUSE_UI_HOST": "0.0.0.0", "REWARDHOUSE_UI_PORT": "3999"},
+                             "dev --host 0.0.0.0 --port 3999")):
         subprocess.run(["make", "-s", "dev", f"UV={uv}"], cwd=REPO, env=_make_env(tmp_path, shims, **extra),
                        check=True, capture_output=True, timeout=60)
         assert argv_file.read_text().split() == expected.split()

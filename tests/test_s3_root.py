@@ -70,7 +70,8 @@ def test_an_s3_root_runs_end_to_end_and_a_second_machine_reads_it(s3, tmp_path, 
     run = start(url, proxy.url, tmp_path / "builder")
     code, out, err = run_control.finish(run, 300)
     assert code == 0, err
-    assert "published" in out and f"REWARDHOUSE_HOME={url} rewardhouse sql" in out
+    assert "published" in out and any(line.strip().startswith(f"REWARDHOUSE_HOME={url} ") and "rewardhouse sql " in line
+                                      for line in out.splitlines())
 
     bucket = store(url, endpoint, monkeypatch)
     rid = bucket.current()
