@@ -204,3 +204,13 @@ def signatures(images: dict[str, bytes], dataset: str = "folder") -> pa.Table:
     hashed = [hash_bytes(k, v) for k, v in images.items()]
     assert all(h.error is None for h in hashed), [h.error for h in hashed if h.error]
     return hashes_table(dataset, hashed, {k: len(v) for k, v in images.items()})
+
+
+def folder_with_a_crop(folder):
+    """A folder of three photos: a.png, a_crop.png (a 4 % crop of it) and b.png (another picture)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = photo(5)
+    (folder / "a.png").write_bytes(encode(base))
+    (folder / "a_crop.png").write_bytes(encode(crop(base, 0.04)))
+    (folder / "b.png").write_bytes(encode(photo(6)))
+    return folder

@@ -291,14 +291,9 @@ def test_a_folder_report_shows_clusters_and_near_misses_and_how_to_run_it_again(
     """`rewardhouse dedupe DIR --report`: no contamination, eval-set filter or overrides (a folder
     has no eval sets, and the overrides file is the pipeline's), no `rewardhouse override`
     command anywhere; the cluster is there, with the command that runs it again."""
-    from tests.dedupe_images import crop, encode, photo
+    from tests.dedupe_images import folder_with_a_crop
 
-    folder = tmp_path / "pics"
-    folder.mkdir()
-    base = photo(5)
-    (folder / "a.png").write_bytes(encode(base))
-    (folder / "a_crop.png").write_bytes(encode(crop(base, 0.04)))
-    (folder / "b.png").write_bytes(encode(photo(6)))
+    folder = folder_with_a_crop(tmp_path / "pics")
     report = tmp_path / "report.html"
     assert main(["dedupe", str(folder), "--report", str(report), "--output", str(tmp_path / "c.csv")]) == 0
     with offline_page() as (page, refused, errors):

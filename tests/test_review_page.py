@@ -13,7 +13,7 @@ from pipeline.review import page as review_page
 from pipeline.review.page import ReviewInput, images_of, write_review
 from pipeline.review.thumbnails import ThumbnailStore
 
-from tests.dedupe_images import caption, crop, encode, half, photo
+from tests.dedupe_images import caption, crop, encode, folder_with_a_crop, half, photo
 
 pytestmark = pytest.mark.fast
 
@@ -105,12 +105,7 @@ def test_clusters_beyond_the_largest_are_a_seeded_sample(tmp_path, monkeypatch):
 
 
 def test_dedupe_report_on_a_folder(tmp_path, capsys):
-    folder = tmp_path / "pics"
-    folder.mkdir()
-    base = photo(5)
-    (folder / "a.png").write_bytes(encode(base))
-    (folder / "a_crop.png").write_bytes(encode(crop(base, 0.04)))
-    (folder / "b.png").write_bytes(encode(photo(6)))
+    folder = folder_with_a_crop(tmp_path / "pics")
     report = folder / "report.html"
     assert main(["dedupe", str(folder), "--report", str(report), "--output", str(tmp_path / "c.csv")]) == 0
     page = _embedded(report.read_text())

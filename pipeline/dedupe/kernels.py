@@ -380,7 +380,6 @@ def _strip_flats(x, heights):
     deepest = 0
     for h in heights:
         deepest = max(deepest, h)
-    w = 2 * STRIP_FLAT_RANGE + 1
     hist = np.zeros(256, np.int32)
     for edge in range(4):
         hist[:] = 0
@@ -396,17 +395,23 @@ def _strip_flats(x, heights):
                     v = x[t, s - 1 - line]
                 hist[v] += 1
             for q in range(heights.shape[0]):
-                if heights[q] != line + 1:
-                    continue
-                run = 0
-                for v in range(w):
-                    run += hist[v]
-                most = run
-                for v in range(w, 256):
-                    run += hist[v] - hist[v - w]
-                    most = max(most, run)
-                out[edge, q] = most / ((line + 1) * s)
+                if heights[q] == line + 1:
+                    out[edge, q] = _most_within(hist) / ((line + 1) * s)
     return out
+
+
+@njit(**_JIT)
+def _most_within(hist):
+    """The most values of a 256-bin histogram within STRIP_FLAT_RANGE of one value."""
+    w = 2 * STRIP_FLAT_RANGE + 1
+    run = 0
+    for v in range(w):
+        run += hist[v]
+    most = run
+    for v in range(w, 256):
+        run += hist[v] - hist[v - w]
+        most = max(most, run)
+    return most
 
 
 @njit(**_JIT)
@@ -418,15 +423,7 @@ def _strip_flat(x, edge, k):
     for i in range(i0, i1):
         for j in range(j0, j1):
             hist[x[i, j]] += 1
-    w = 2 * STRIP_FLAT_RANGE + 1
-    run = 0
-    for v in range(w):
-        run += hist[v]
-    most = run
-    for v in range(w, 256):
-        run += hist[v] - hist[v - w]
-        most = max(most, run)
-    return most / (k * s)
+    return _most_within(hist) / (k * s)
 
 
 STRIP = 0.25  # a banner is looked for in this share of a side at each edge of the frame ...
