@@ -13,7 +13,7 @@ from pipeline.review import page as review_page
 from pipeline.review.page import ReviewInput, images_of, write_review
 from pipeline.review.thumbnails import ThumbnailStore
 
-from tests.dedupe_images import caption, crop, encode, folder_with_a_crop, half, photo
+from tests.dedupe_images import caption, encode, folder_with_a_crop, half, photo
 
 pytestmark = pytest.mark.fast
 
