@@ -135,17 +135,22 @@ def cmd_run(args) -> int:
 
     from pipeline.stopping import SignalOwner, Stopped
 
-    state: dict = {}
+    import threading
+
+    # The stop request is marked from a helper thread while the run goes on in this one: the lock
+    # keeps the mark from landing after the run has ended (a finished run left CANCELING).
+    state: dict = {"lock": threading.Lock()}
 
     def first(signum: int) -> None:
         name = signal.Signals(signum).name
         state["stopped_by"] = signum
         _say(f"{name} received: stopping at the next safe point (a publish under way finishes first); "
              f"send it again to stop at once")
-        if state.get("run_id"):
-            from pipeline.runs import mark_canceling
+        with state["lock"]:
+            if state.get("run_id") and not state.get("ended"):
+                from pipeline.runs import mark_canceling
 
-            mark_canceling(state["instance"], state["run_id"], f"{name} received by rewardhouse run (pid {os.getpid()})")
+                mark_canceling(state["instance"], state["run_id"], f"{name} received by rewardhouse run (pid {os.getpid()})")
 
     def second(signum: int) -> None:
         name = signal.Signals(signum).name
@@ -344,7 +349,7 @@ def _run(args, state: dict) -> int:
     from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
     from pipeline import unwritable
-    from pipeline.runs import Lease, abandon, reap_dead_runs, wait_for_other_runs
+    from pipeline.runs import Lease, abandon, reap_dead_runs, settle_finished, wait_for_other_runs
     from pipeline.stopping import Stopped, stop_point
     from warehouse.store import ReleaseStore
 
@@ -421,6 +426,10 @@ def _run(args, state: dict) -> int:
                             },
                             raise_on_error=False,
                         )
+                    with state["lock"]:
+                        state["ended"] = True
+                        # a stop marked between the run's last safe point and its end: it finished
+                        settle_finished(instance, run_id, result.success)
                     run = instance.get_run_by_id(run_id)
             except Stopped as exc:  # at a stop point outside the run's steps
                 name = signal.Signals(exc.signum).name

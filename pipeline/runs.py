@@ -275,6 +275,20 @@ def mark_canceling(instance: dg.DagsterInstance, run_id: str, message: str) -> N
         instance.report_run_canceling(run, message=message)
 
 
+def settle_finished(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> None:
+    """Run `run_id` of this process has returned. A stop marked CANCELING after its last safe point
+    (the mark is made from another thread) can land after Dagster recorded the success: a run that
+    succeeded is recorded as such again, never left CANCELING. Called with the stop request's lock
+    held, so no mark follows."""
+    from dagster._core.events import DagsterEvent, DagsterEventType
+
+    run = instance.get_run_by_id(run_id)
+    if succeeded and run is not None and run.status == dg.DagsterRunStatus.CANCELING:
+        event = DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name,
+                             message="Finished: the stop request came after the run's last safe point.")
+        instance.report_dagster_event(event, run_id=run_id)
+
+
 def fail_run(instance: dg.DagsterInstance, run_id: str, message: str) -> bool:
     """Run `run_id` of this process ended in a failure Dagster may not have recorded (its storage
     could not be written): mark it failed if it is still in flight, free its slots and leases.

@@ -287,3 +287,35 @@ def test_a_waiting_run_stopped_by_sigterm_leaves_at_once_having_changed_nothing(
     assert code == 143 and took < 3, said
     assert said[-1].strip() == "rewardhouse: stopped by SIGTERM before the run started; nothing was changed", said
     assert sorted(p.name for p in rc.run_dbs(home)) == before  # no run was created
+
+
+def test_a_stop_marked_after_the_run_succeeded_leaves_it_succeeded(tmp_path, monkeypatch):
+    """The stop request is marked from a helper thread: it can read STARTED, lose the race with
+    the run's end and write CANCELING after the success. `rewardhouse run` settles the run when
+    it returns: a run that succeeded is recorded as SUCCESS again; one that did not is left alone."""
+    from pipeline.runs import mark_canceling, settle_finished
+
+    @dg.op
+    def one():
+        return 1
+
+    @dg.job
+    def tiny():
+        one()
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with dg.DagsterInstance.get() as instance:
+        ok = tiny.execute_in_process(instance=instance)
+        run = instance.get_run_by_id(ok.run_id)
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        mark_canceling(instance, ok.run_id, "too late")  # a mark that reads the status first: nothing
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.SUCCESS
+        instance.report_run_canceling(run, message="read STARTED before the success, written after it")
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.CANCELING
+        settle_finished(instance, ok.run_id, False)  # not known to have succeeded: not touched
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.CANCELING
+        settle_finished(instance, ok.run_id, True)
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.SUCCESS
+        settle_finished(instance, ok.run_id, True)  # settled once: nothing more is written
+        events = instance.all_logs(ok.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)
+        assert len(events) == 2
