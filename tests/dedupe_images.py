@@ -43,6 +43,21 @@ def photo(seed: int, size=(W, H)) -> Image.Image:
     return im
 
 
+def smooth_picture(seed: int, size=(W, H)) -> Image.Image:
+    """A low-contrast picture, like a smooth wallpaper: a colour, gentle gradients, soft blobs, a
+    little grain (a luma spread of ~8 grey levels; no plain background)."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    y, x = np.mgrid[0:h, 0:w] / max(h, w)
+    img = np.zeros((h, w, 3)) + rng.uniform(40, 200, 3)
+    img += x[..., None] * rng.uniform(-40, 40, 3) + y[..., None] * rng.uniform(-40, 40, 3)
+    for _ in range(5):
+        cx, cy, r = rng.uniform(0, 1), rng.uniform(0, 0.75), rng.uniform(0.1, 0.3)
+        img += np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / (2 * r * r))[..., None] * rng.uniform(-30, 30, 3)
+    img += rng.normal(0, 1.5, img.shape)
+    return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8))
+
+
 def bar_chart(values: list[float], title: str = "Figure 3: sales", colour=(60, 90, 160)) -> Image.Image:
     im = Image.new("RGB", (W, H), "white")
     d = ImageDraw.Draw(im)

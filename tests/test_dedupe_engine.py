@@ -15,7 +15,7 @@ from pipeline.dedupe.hashing import hash_bytes
 from pipeline.dedupe.verify import DEFAULT_RULE, compare
 
 from tests.dedupe_images import (bar_chart, blur, caption, caption_bar, corner_box, crop, encode, geometry, grey, half,
-                                 photo, pie_chart, signatures, table, text_page, watermark)
+                                 photo, pie_chart, signatures, smooth_picture, table, text_page, watermark)
 
 SAME = 0.97  # an accepted copy: at least this share of the content is the same pixels
 
@@ -208,6 +208,29 @@ def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():
     assert not any(4 in p for p in found)
     plain = [bin((rows["phash"][0].as_py() ^ rows["phash"][i].as_py()) & (2**64 - 1)).count("1") for i in (1, 2, 3)]
     assert min(plain) > 6  # no copy is within the radius of the plain pHash
+
+
+def test_the_robust_route_finds_a_watermark_across_a_low_contrast_picture():
+    """Bright letters over a smooth picture decide many of its pHash bits (every region route is
+    beyond the radius); the robust hash, read on the luma clipped to its own range, stays near.
+    A chart (plain background) gets no robust hash: clipped, look-alike figures would collide."""
+    picture = smooth_picture(7)
+    images = {"wallpaper.jpg": encode(picture, "JPEG", 92), "marked.jpg": encode(watermark(picture), "JPEG", 92),
+              "other.jpg": encode(smooth_picture(2), "JPEG", 92), "chart.png": encode(bar_chart([0.3, 0.5, 0.8]))}
+    rows = signatures(images)
+    hashes = {c: rows[c].to_pylist() for c in ("phash", "crop_hash", "top_hash", "bottom_hash", "robust_hash")}
+    dist = {c: bin((h[0] ^ h[1]) & (2**64 - 1)).count("1") for c, h in hashes.items()}
+    assert min(dist["phash"], dist["crop_hash"], dist["top_hash"], dist["bottom_hash"]) > 8, dist
+    assert dist["robust_hash"] <= 8, dist
+    assert hashes["robust_hash"][3] is None and None not in hashes["robust_hash"][:3]
+    searchable = np.ones(4, bool)
+    without = candidate_pairs(*(rows[c].to_numpy() for c in ("phash", "crop_hash", "top_hash", "bottom_hash")), searchable, 8)
+    assert (0, 1) not in set(zip(without.a.tolist(), without.b.tolist()))
+    result = run_engine(rows, 8)
+    got = {r["row"]: r for r in result.clusters.to_pylist()}
+    assert sorted(got) == [0, 1] and got[0]["cluster_id"] == got[1]["cluster_id"], got  # the other two stay alone
+    copy = got[0] if not got[0]["is_canonical"] else got[1]
+    assert copy["kind"] in ("near", "overlay") and copy["score"] >= SAME, copy
 
 
 def test_no_chaining_a_member_must_match_the_canonical_itself():

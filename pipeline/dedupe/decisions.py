@@ -55,6 +55,7 @@ SIGNATURE_SCHEMA = pa.schema(
         ("chroma_cr", pa.float32()),
         ("thumb", pa.binary(THUMB_BYTES)),
         ("fine", pa.binary()),  # images with a plain background: the 256 px luma, compressed (fine.py); else null
+        ("robust_hash", pa.int64()),  # pictures (no plain background): the robust route's hash (hashing.py); else null
     ]
 )
 
@@ -67,7 +68,7 @@ def hashes_table(dataset: str, hashed: list[HashedImage], sizes: dict[str, int])
           "width": h.width, "height": h.height, "bytes": sizes.get(h.key), "crop_hash": h.crop_hash,
           "top_hash": h.top_hash, "bottom_hash": h.bottom_hash,
           "flat": is_flat(np.frombuffer(h.thumb, np.uint8)), "chroma_cb": h.chroma_cb, "chroma_cr": h.chroma_cr,
-          "thumb": h.thumb, "fine": h.fine} for h in hashed if h.error is None],
+          "thumb": h.thumb, "fine": h.fine, "robust_hash": h.robust_hash} for h in hashed if h.error is None],
         schema=SIGNATURE_SCHEMA,
     )
 

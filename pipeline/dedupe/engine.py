@@ -7,7 +7,7 @@ sample dedupe that reads those clusters, and `rewardhouse dedupe DIR`):
    again. Flat nodes (verify.py: a solid colour, an empty canvas) take no part in the near search,
    so identical blank images are exact duplicates and blank images of different colours are
    nothing to each other.
-2. **Candidates** (search.py, exact multi-index search, radius `max_distance` bits), by four
+2. **Candidates** (search.py, exact multi-index search, radius `max_distance` bits), by five
    routes over the hashes of hashing.py:
 
        phash    pHash against pHash                 re-encodes, resizes, blur, brightness, grey
@@ -15,6 +15,8 @@ sample dedupe that reads those clusters, and `rewardhouse dedupe DIR`):
                 the other
        top      top_hash against top_hash           an overlay in a bottom corner
        bottom   bottom_hash against bottom_hash     an overlay in a top corner
+       robust   robust_hash against robust_hash     letters over a low-contrast picture (a
+                (pictures only: no plain background) watermark across a smooth wallpaper)
 
    A hash with fewer than DEGENERATE_BITS bits set (the pHash of a flat region: every AC
    coefficient ~0, all tied at the median) stays out of its route: it would match every other.
@@ -41,11 +43,11 @@ from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_compo
 from pipeline.dedupe.search import near_pairs
 from pipeline.dedupe.verify import DEFAULT_RULE, Rule, compare, second_look_refuses, sorts_after
 
-ENGINE_VERSION = "9"  # bump when a decision can change: part of the staged result's key
+ENGINE_VERSION = "10"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
 MAX_CANDIDATES_PER_IMAGE = 16  # nearest candidates kept per image (crowded look-alikes; see _nearest)
 BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies
-ROUTES = ("phash", "crop", "top", "bottom")
+ROUTES = ("phash", "crop", "top", "bottom", "robust")
 
 
 class Thumbs(Protocol):
@@ -90,9 +92,11 @@ def _route(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> tuple[np.n
 
 
 def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom: np.ndarray,
-                    searchable: np.ndarray, max_distance: int, max_per_image: int | None = None) -> Pairs:
+                    searchable: np.ndarray, max_distance: int, max_per_image: int | None = None,
+                    robust: np.ndarray | None = None, robust_ok: np.ndarray | None = None) -> Pairs:
     """Every node pair within `max_distance` on any route (nodes where `searchable` is false are
-    left out), once, with the route of its smallest distance (ties: the earlier route); then each
+    left out; the robust route takes the nodes where `robust_ok` is true too, none when `robust` is
+    None), once, with the route of its smallest distance (ties: the earlier route); then each
     image's `max_per_image` nearest (`_nearest`; `capped` counts the pairs left out)."""
     max_per_image = MAX_CANDIDATES_PER_IMAGE if max_per_image is None else max_per_image
     nodes = np.flatnonzero(searchable).astype(np.int64)
@@ -108,6 +112,10 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     for r, hashes in ((2, top), (3, bottom)):
         a, b, d = _route(nodes, hashes[nodes], max_distance)
         parts.append((a, b, np.full(len(a), r, np.int8), d))
+    if robust is not None:
+        pictures = np.flatnonzero(searchable & (np.ones(len(robust), bool) if robust_ok is None else robust_ok))
+        a, b, d = _route(pictures.astype(np.int64), robust[pictures], max_distance)
+        parts.append((a, b, np.full(len(a), 4, np.int8), d))
     a = np.concatenate([p[0] for p in parts])
     b = np.concatenate([p[1] for p in parts])
     route = np.concatenate([p[2] for p in parts])
@@ -277,6 +285,7 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
 
 ROW_COLUMNS = ("dataset", "image_key", "sha256", "phash", "crop_hash", "top_hash", "bottom_hash",
                "width", "height", "bytes", "flat", "chroma_cb", "chroma_cr")
+OPTIONAL_ROW_COLUMNS = ("robust_hash",)  # absent or null: the image takes no part in the robust route
 
 
 @dataclass
@@ -399,7 +408,7 @@ def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, a
 
 def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None,
            forced: Forced | None = None, rule: Rule = DEFAULT_RULE) -> Dedupe:
-    """The engine (module docstring) over image rows with ROW_COLUMNS; `thumbs[rows]` gives their
+    """The engine (module docstring) over image rows with ROW_COLUMNS (and OPTIONAL_ROW_COLUMNS); `thumbs[rows]` gives their
     thumbnails; `forced` overrules verification for chosen pairs (`Dedupe.forced` says how)."""
     n_rows = rows.num_rows
     sha = rows["sha256"].to_pylist()
@@ -418,7 +427,12 @@ def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[],
 
     flat = col("flat").astype(bool)
     phash, crop, top, bottom = (col(c).astype(np.int64) for c in ("phash", "crop_hash", "top_hash", "bottom_hash"))
-    pairs = candidate_pairs(phash, crop, top, bottom, ~flat, max_distance)
+    robust = robust_ok = None
+    if "robust_hash" in rows.column_names:
+        column = rows["robust_hash"]
+        robust_ok = column.is_valid().to_numpy(zero_copy_only=False)[rep]
+        robust = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)[rep]
+    pairs = candidate_pairs(phash, crop, top, bottom, ~flat, max_distance, robust=robust, robust_ok=robust_ok)
     node_thumbs = _NodeThumbs(thumbs, rep, np.stack([top, bottom], axis=1))
     width, height = col("width").astype(np.float64), col("height").astype(np.float64)
     aspect = np.where((width > 0) & (height > 0), width / np.maximum(height, 1), 1.0)

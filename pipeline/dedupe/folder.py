@@ -125,13 +125,16 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                         phash_distance(np.array([ha.phash]), np.array([hb.crop_hash]))[0])),
         "top": int(phash_distance(np.array([ha.top_hash]), np.array([hb.top_hash]))[0]),
         "bottom": int(phash_distance(np.array([ha.bottom_hash]), np.array([hb.bottom_hash]))[0]),
+        # pictures only (no plain background in either): "-" where one of them is not searched on it
+        "robust": (None if ha.robust_hash is None or hb.robust_hash is None
+                   else int(phash_distance(np.array([ha.robust_hash]), np.array([hb.robust_hash]))[0])),
     }
     lines.append("candidate search, Hamming distance per route (radius " + str(max_distance) + "): "
-                 + ", ".join(f"{r} {d[r]}" for r in ROUTES))
+                 + ", ".join(f"{r} {'-' if d[r] is None else d[r]}" for r in ROUTES))
     if any(flat):
         lines.append("flat image (no structure): only identical bytes count as a duplicate")
         return lines + ["not duplicates"], False
-    candidate = min(d.values()) <= max_distance
+    candidate = min(v for v in d.values() if v is not None) <= max_distance
     if not candidate:
         lines.append("not a candidate: no route within the radius")
     e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr),

@@ -109,6 +109,7 @@ class HashedImage:
     fine: bytes | None = None  # images with a plain background: the 256 px luma, compressed (fine.py)
     chroma_cb: float | None = None  # mean chroma (Cb - 128, Cr - 128): the image's overall hue
     chroma_cr: float | None = None
+    robust_hash: int | None = None  # pictures (no plain background): the pHash of the clipped luma (robust_hash)
 
 
 def to_signed64(u: int) -> int:
@@ -202,6 +203,25 @@ def region_hashes(thumb: np.ndarray) -> tuple[int, int, int]:
     return tuple(_region_hash(t, rows, cols) for rows, cols in REGIONS.values())  # type: ignore[return-value]
 
 
+# The robust route's hash: the 128 px luma clipped to its own 10th and 90th percentiles, box-reduced
+# to 32 px, then pHash's DCT and median. A low-contrast picture (a smooth wallpaper, a misty sky)
+# has small DCT terms, and a line of bright letters laid over it (a watermark: +80 grey levels over
+# a spread of 12) decides many of its pHash bits; clipped at full detail, before the letters are
+# averaged into the 32 px samples, they weigh no more than the picture's own extremes. Clipping is
+# monotone, so a brightened or contrast-stretched copy keeps its bits. Only for pictures: on a
+# chart or a page the clip whitens most of the frame and look-alikes collide.
+ROBUST_CLIP = (10, 90)
+
+
+def robust_hash(detail: np.ndarray) -> int:
+    """The robust route's hash of a DETAIL_SIDE x DETAIL_SIDE uint8 luma, signed 64-bit."""
+    flat = np.sort(detail, axis=None)
+    lo, hi = (float(flat[(q * (flat.size - 1) + 50) // 100]) for q in ROBUST_CLIP)
+    k = DETAIL_SIDE // PHASH_SIDE
+    small = np.clip(detail.astype(np.float64), lo, hi).reshape(PHASH_SIDE, k, PHASH_SIDE, k).mean(axis=(1, 3))
+    return _phash_pixels(small)
+
+
 def is_flat(thumb: np.ndarray) -> bool:
     """A solid colour, an empty canvas: too little structure for a perceptual match (the luma
     signature's, its first DETAIL_SIDE^2 bytes)."""
@@ -228,13 +248,16 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
                 hashes = phash(grey), dhash(grey)
                 detail = Image.fromarray(thumbnail(grey, DETAIL_SIDE))
             thumb = thumbnail(detail)
-            fine = None
+            fine = robust = None
             if has_background(np.asarray(detail)):
                 full = fmt != "JPEG" or min(grey.size) >= min(FINE_SIDE, width, height)
                 fine = pack_fine(thumbnail(grey if full else _jpeg_grey(data, max_pixels), FINE_SIDE))
+            else:
+                robust = robust_hash(np.asarray(detail))
         sig = np.concatenate([np.asarray(detail).ravel(), cb.ravel(), cr.ravel()]).tobytes()
         mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
-        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), sig, fine, mean_cb, mean_cr)
+        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), sig, fine, mean_cb, mean_cr,
+                           robust)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
 

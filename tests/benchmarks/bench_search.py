@@ -117,17 +117,18 @@ def child(which: str, n: int, r: int, repeats: int) -> None:
 
 
 def engine_child(mix: str, n: int, r: int) -> None:
-    """The engine's whole candidate search (four routes: pHash and crop hashes in one search, top and
-    bottom hashes in two more; the per-image cap) over n images. `mix`: "random" (uniform hashes),
-    or "crowded": 30 % flat images (left out of the search) and 30 % look-alike figures (3,000
-    templates, each image its template with up to 5 bits flipped on every route). 1,000 planted
+    """The engine's whole candidate search (five routes: pHash and crop hashes in one search, top and
+    bottom hashes in two more, the robust hashes of the pictures in a fourth; the per-image cap) over
+    n images. `mix`: "random" (uniform hashes, every image a picture), or "crowded": 30 % flat images
+    (left out of the search) and 30 % look-alike figures (3,000 templates, each image its template
+    with up to 5 bits flipped on every route; figures have no robust hash). 1,000 planted
     pHash pairs at distances 0..r among the uniform rows must all be found."""
     import numpy as np
 
     from pipeline.dedupe.engine import candidate_pairs
 
     rng = np.random.default_rng(7)
-    cols = [rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64) for _ in range(4)]
+    cols = [rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64) for _ in range(5)]
     searchable = np.ones(n, bool)
     crowded = np.zeros(n, bool)
     if mix == "crowded":
@@ -149,9 +150,10 @@ def engine_child(mix: str, n: int, r: int) -> None:
         flip = rng.choice(64, k % (r + 1), replace=False)
         cols[0][b] = cols[0][a] ^ np.int64(sum(1 << int(x) for x in flip) - (1 << 64 if 63 in flip else 0))
         planted.append((min(a, b), max(a, b)))
-    candidate_pairs(*(c[:1000] for c in cols), searchable[:1000], r)  # DuckDB's first connection, outside the clock
+    routes, robust, pictures = cols[:4], cols[4], ~crowded
+    candidate_pairs(*(c[:1000] for c in routes), searchable[:1000], r)  # DuckDB's first connection, outside the clock
     start = time.perf_counter()
-    pairs = candidate_pairs(*cols, searchable, r)
+    pairs = candidate_pairs(*routes, searchable, r, robust=robust, robust_ok=pictures)
     seconds = time.perf_counter() - start
     found = set(zip(pairs.a.tolist(), pairs.b.tolist()))
     print(json.dumps({"mix": mix, "n": n, "r": r, "seconds": seconds, "candidates": len(pairs), "capped": pairs.capped,
@@ -197,7 +199,7 @@ def main() -> None:
     from pipeline.settings import DEFAULT_MAX_DISTANCE
 
     r = DEFAULT_MAX_DISTANCE
-    print(f"\nengine candidate search: 1M images, four routes (pHash + crop hash, top, bottom), radius {r}, "
+    print(f"\nengine candidate search: 1M images, five routes (pHash + crop hash, top, bottom, robust), radius {r}, "
           "each in its own process")
     for mix in ("random", "crowded"):
         out = subprocess.run([sys.executable, __file__, "--engine", mix, "1000000", str(r)],
