@@ -103,6 +103,27 @@ def test_a_banner_that_pulls_the_tone_curve_is_found_by_the_banner_test(seed, wh
     assert judge(*pair)[0] is None  # without it: refused (so this tests the banner test)
 
 
+@pytest.mark.parametrize("seed", [8, 15])
+def test_a_banner_over_a_smooth_picture_is_found_though_the_sky_under_it_is_as_flat(seed):
+    """Between two pictures (no drawn background in either) the banner test does not ask the
+    strip to be less flat in the other image: the smooth sky a bar hides is nearly as flat as the
+    bar. (On pages it still does: the next test.)"""
+    from pipeline.dedupe import kernels
+
+    im = smooth_picture(seed)
+    kind, _, v = judge(encode(im, "JPEG", 92), encode(caption_bar(im, "bottom", 0.15), "JPEG", 92))
+    assert kind == "overlay", kind
+    y0, y1, x0, x1 = v.identity.box[0]
+    assert (x0, x1, y1) == (0, 16, 16)
+    la, lb = (np.frombuffer(hash_bytes(k, encode(x, "JPEG", 92)).thumb[:128 * 128], np.uint8).reshape(128, 128)
+              for k, x in (("a", im), ("b", caption_bar(im, "bottom", 0.15))))
+    assert not kernels._drawn(la) and not kernels._drawn(lb)
+    # at a strip height the banner test reads, the sky is within STRIP_FLAT_GAP as flat as the bar
+    gaps = [abs(kernels._strip_flat(la, 1, k) - kernels._strip_flat(lb, 1, k))
+            for k in (int(np.ceil(128 * frac)) + 1 for frac in kernels.BANNER_FRACTIONS)]
+    assert min(gaps) < kernels.STRIP_FLAT_GAP, gaps
+
+
 def test_the_banner_test_leaves_two_pages_of_one_layout_apart():
     kind, _, _ = judge(encode(text_page(3)), encode(caption_bar(text_page(4)), "JPEG", 90))
     assert kind is None

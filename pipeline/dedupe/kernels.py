@@ -1083,6 +1083,50 @@ def warm() -> None:
 
 
 BANNER_FRACTIONS = (0.1, 0.15, 0.2, 0.25)  # heights of the strip a banner may cover, share of the side
+# A drawn background (hashing.has_background's standard: the border's median grey, within DRAWN_TOL,
+# over DRAWN_MIN of the frame; or any one grey, within DRAWN_TOL, over as much): a chart, a page, a
+# table, a screenshot or a form. Where neither image has one (pictures),
+# a banner's strip need not be less flat in the other image: a smooth sky under a white bar is
+# nearly as flat as the bar, and two pictures alike everywhere outside one edge's strip are one
+# picture (on pages the last lines of two pages of one layout differ as densely, on white in both).
+DRAWN_TOL = 3
+DRAWN_MIN = 0.4
+
+
+@njit(**_JIT)
+def _drawn(x):
+    """Does a (s, s) luma have a drawn background (DRAWN_TOL, DRAWN_MIN)?"""
+    s = x.shape[0]
+    counts = np.zeros(256, np.int32)
+    for j in range(s):
+        counts[x[0, j]] += 1
+        counts[x[s - 1, j]] += 1
+    for i in range(1, s - 1):
+        counts[x[i, 0]] += 1
+        counts[x[i, s - 1]] += 1
+    m = (4 * s - 4) // 2  # the median of an even count: the mean of the m-th and (m+1)-th values
+    seen, first, second = 0, -1, -1
+    for v in range(256):
+        seen += counts[v]
+        if first < 0 and seen >= m:
+            first = v
+        if seen >= m + 1:
+            second = v
+            break
+    bg = (first + second) / 2.0
+    n = 0
+    hist = np.zeros(256, np.int32)
+    for i in range(s):
+        for j in range(s):
+            n += abs(x[i, j] - bg) <= DRAWN_TOL
+            hist[x[i, j]] += 1
+    if n >= DRAWN_MIN * s * s:
+        return True
+    # a screenshot or a form: a window's grey frames it, its main colour fills most of it
+    most = 0
+    for v in range(256):
+        most = max(most, hist[max(v - DRAWN_TOL, 0):min(v + DRAWN_TOL + 1, 256)].sum())
+    return most >= DRAWN_MIN * s * s
 
 
 @njit(**_JIT)
@@ -1096,13 +1140,15 @@ def banner_pair(la, lb, edge, tol, full, stray_max, res):
     alo, ahi = envelope(la, 2)
     blo, bhi = envelope(lb, 2)
     res[0], res[1], res[2], res[3] = 0.0, 0.0, 1.0, 0.0
+    pictures = not _drawn(la) and not _drawn(lb)
     for frac in BANNER_FRACTIONS:
         k = min(s // 2, int(np.ceil(s * frac)) + 1)
         # a banner is an opaque bar: one flat colour over most of its strip in one image only (the
-        # last lines of two pages of one layout differ as densely, on white in both); read first,
-        # it spares the curves of every pair that shows no such strip
+        # last lines of two pages of one layout differ as densely, on white in both; between two
+        # pictures, in at least one); read first, it spares the curves of every pair that shows
+        # no such strip
         fx, fy = _strip_flat(la, edge, k), _strip_flat(lb, edge, k)
-        if max(fx, fy) < STRIP_FLAT or abs(fx - fy) < STRIP_FLAT_GAP:
+        if max(fx, fy) < STRIP_FLAT or (abs(fx - fy) < STRIP_FLAT_GAP and not pictures):
             continue
         keep = np.ones((s, s), np.bool_)
         i0, i1, j0, j1 = _strip_bounds(edge, s, k)

@@ -328,8 +328,9 @@ def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray,
     (the candidate search's region routes) at the whole frame: a full-width banner over its bottom
     (top) edge, 10-25 % of the height, is tested directly (kernels.banner_pair: the tone curve
     fitted without the strip, nothing outside it may differ beyond `stray_max`, the strip must be
-    one flat colour in one image only, an opaque bar, and differ over at least BANNER_FILL of
-    it). Accepted pairs become overlays of that strip at the whole frame, in place."""
+    one flat colour in one image only, an opaque bar (between two pictures, with no drawn
+    background in either, in at least one: the sky a bar hides can be as flat), and differ over
+    at least BANNER_FILL of it). Accepted pairs become overlays of that strip at the whole frame, in place."""
     from pipeline.dedupe import kernels
     from pipeline.dedupe.hashing import region_hashes
 
