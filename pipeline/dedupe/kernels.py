@@ -446,9 +446,8 @@ def _strip_bounds(edge, s, k):
 
 
 @njit(**_JIT)
-def background(x, lo, hi):
-    """Pixels of the frame's background: the border's median grey and locally flat (lo, hi: the
-    half-pixel envelope); none when it is under BG_MIN of the frame (a photo is all content)."""
+def _border_median(x):
+    """The median grey of the frame's border pixels (np.median's value)."""
     s = x.shape[0]
     counts = np.zeros(256, np.int32)
     for j in range(s):
@@ -466,7 +465,15 @@ def background(x, lo, hi):
         if seen >= m + 1:
             second = v
             break
-    bg = np.int32((first + second) / 2.0)
+    return (first + second) / 2.0
+
+
+@njit(**_JIT)
+def background(x, lo, hi):
+    """Pixels of the frame's background: the border's median grey and locally flat (lo, hi: the
+    half-pixel envelope); none when it is under BG_MIN of the frame (a photo is all content)."""
+    s = x.shape[0]
+    bg = np.int32(_border_median(x))
     out = np.empty((s, s), np.bool_)
     n = 0
     for i in range(s):
@@ -1097,23 +1104,7 @@ DRAWN_MIN = 0.4
 def _drawn(x):
     """Does a (s, s) luma have a drawn background (DRAWN_TOL, DRAWN_MIN)?"""
     s = x.shape[0]
-    counts = np.zeros(256, np.int32)
-    for j in range(s):
-        counts[x[0, j]] += 1
-        counts[x[s - 1, j]] += 1
-    for i in range(1, s - 1):
-        counts[x[i, 0]] += 1
-        counts[x[i, s - 1]] += 1
-    m = (4 * s - 4) // 2  # the median of an even count: the mean of the m-th and (m+1)-th values
-    seen, first, second = 0, -1, -1
-    for v in range(256):
-        seen += counts[v]
-        if first < 0 and seen >= m:
-            first = v
-        if seen >= m + 1:
-            second = v
-            break
-    bg = (first + second) / 2.0
+    bg = _border_median(x)
     n = 0
     hist = np.zeros(256, np.int32)
     for i in range(s):
