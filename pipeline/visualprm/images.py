@@ -377,22 +377,23 @@ def inventory_prm_images(
     rejected: list[Rejection] = []
     started, unreferenced = time.monotonic(), 0
 
-    def add(key: str, origin: str, data: bytes | None, problem: str | None, located_at: str | None = None) -> None:
+    def record(key: str, row: dict, hashed: HashedImage | None) -> None:
         nonlocal unreferenced
-        rows[key], hashed = _row(key, origin, data, problem, store, limits.max_image_pixels, located_at)
+        rows[key] = row
         if hashed is not None:
             hashes[key] = hashed
         unreferenced += key not in refs
         if progress and len(rows) % 500 == 0:
             progress(len(rows), len(refs) + unreferenced, len(rows) / max(time.monotonic() - started, 1e-9))
 
+    def add(key: str, origin: str, data: bytes | None, problem: str | None, located_at: str | None = None) -> None:
+        record(key, *_row(key, origin, data, problem, store, limits.max_image_pixels, located_at))
+
     if executor is not None and executor.on_ray:
         _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes,
                           rejected, progress, image_roots)
     else:
-        for key, data in _embedded(parquet_files):
-            if key not in rows:
-                add(key, "embedded", data, None)
+        _embedded_in_threads(parquet_files, rows, record, store, limits.max_image_pixels)
         resolver = PathResolver(image_root, image_zips, limits, image_roots)
         rejected.extend(resolver.rejected)
         try:
@@ -419,6 +420,37 @@ def inventory_prm_images(
 
 
 PATH_CHUNK = 64
+EMBEDDED_WINDOW = 64  # embedded images decoded and hashed at once, over threads (bytes held: this many)
+
+
+def _embedded_in_threads(parquet_files: list[Path], rows: dict, record, store: ImageStore, max_pixels: int) -> None:
+    """The shards' embedded images, the first occurrence of each key, checked, hashed and stored
+    over one thread per core (Pillow's decode and resize let go of the GIL), `record`ed in shard
+    order: the same rows as one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.dedupe.hashing import default_workers
+
+    window: list[tuple[str, bytes]] = []
+    taken: set[str] = set()
+
+    def one(item):
+        return _row(item[0], "embedded", item[1], None, store, max_pixels)
+
+    with ThreadPoolExecutor(default_workers()) as pool:
+        def flush() -> None:
+            for (key, _), (row, hashed) in zip(window, pool.map(one, window)):
+                record(key, row, hashed)
+            window.clear()
+
+        for key, data in _embedded(parquet_files):
+            if key in rows or key in taken:
+                continue
+            taken.add(key)
+            window.append((key, data))
+            if len(window) >= EMBEDDED_WINDOW:
+                flush()
+        flush()
 
 
 def _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes, rejected,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.contract import enforce
-from pipeline.dedupe.hashing import HashedImage, hash_bytes
+from pipeline.dedupe.hashing import HashedImage, default_workers, hash_bytes
 from pipeline.quarantine import FILE_STAGE, Rejection, whole_file_faults
 from pipeline.settings import QualitySettings, ZipLimits
 from pipeline.staging import streaming_parquet
@@ -76,37 +77,42 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
     done = 0
-    for number, path in enumerate(files):
-        name = Path(path).relative_to(root).as_posix() if root else Path(path).name
-        problem = file_problem(path)
-        if problem:
-            rejected.append(Rejection(DATASET, FILE_STAGE, name, problem))
-            continue
-        pf = streaming_parquet(path)
-        columns = [c for c in (*SHARD.required, *SHARD.optional) if c in pf.schema_arrow.names]
-        read[number] = [name, 0]
-        try:
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                for row in batch.to_pylist():
-                    done += 1
-                    read[number][1] += 1
-                    pair = _pair(row, done, seen, rejected)
-                    if pair is None:
-                        continue
-                    origin[pair["pair_id"]] = number
-                    image = row.get("image")
-                    data = image.get("bytes") if isinstance(image, dict) else None
-                    if data is not None:
-                        key = f"sha256:{hashlib.sha256(data).hexdigest()}"
-                        pair["image_key"] = key
-                        if key not in images:
-                            images[key] = _image(key, data, limits, rejected, hashed)
-                    pairs.append(pair)
-                if progress:
-                    progress(done)
-        except Exception as exc:  # a shard damaged past its footer: what was read stays, the file is named
-            rejected.append(Rejection(DATASET, FILE_STAGE, name, f"unreadable after {done} rows: {exc}"))
-            del read[number]
+    with ThreadPoolExecutor(default_workers(), thread_name_prefix="vlrb images") as pool:
+        for number, path in enumerate(files):
+            name = Path(path).relative_to(root).as_posix() if root else Path(path).name
+            problem = file_problem(path)
+            if problem:
+                rejected.append(Rejection(DATASET, FILE_STAGE, name, problem))
+                continue
+            pf = streaming_parquet(path)
+            columns = [c for c in (*SHARD.required, *SHARD.optional) if c in pf.schema_arrow.names]
+            read[number] = [name, 0]
+            try:
+                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+                    batch_rows = batch.to_pylist()
+                    checked_images = _check_images(batch_rows, images, limits, pool)
+                    for row in batch_rows:
+                        done += 1
+                        read[number][1] += 1
+                        pair = _pair(row, done, seen, rejected)
+                        if pair is None:
+                            continue
+                        origin[pair["pair_id"]] = number
+                        image = row.get("image")
+                        data = image.get("bytes") if isinstance(image, dict) else None
+                        if data is not None:
+                            key = f"sha256:{hashlib.sha256(data).hexdigest()}"
+                            pair["image_key"] = key
+                            if key not in images:
+                                images[key], h, bad = checked_images[key]
+                                rejected.extend([bad] if bad else [])
+                                hashed.extend([h] if h else [])
+                        pairs.append(pair)
+                    if progress:
+                        progress(done)
+            except Exception as exc:  # a shard damaged past its footer: what was read stays, the file is named
+                rejected.append(Rejection(DATASET, FILE_STAGE, name, f"unreadable after {done} rows: {exc}"))
+                del read[number]
     parsed = pa.Table.from_pylist(pairs, schema=PAIRS_SCHEMA)
     checked = enforce(DATASET, {"vlrb_pairs": parsed}, contracts(quality))
     rejected.extend(checked.rejected)
@@ -145,15 +151,28 @@ def _pair(row: dict, number: int, seen: dict, rejected: list) -> dict | None:
     }
 
 
-def _image(key: str, data: bytes, limits: ZipLimits, rejected: list, hashed: list) -> dict:
+def _check_images(rows: list[dict], images: dict, limits: ZipLimits, pool) -> dict:
+    """The batch's images not met before, checked and hashed over the pool's threads (Pillow's
+    decode and resize let go of the GIL): key -> `_image`'s result. The caller takes them in row
+    order, so rows and quarantine come out as when each was checked in turn."""
+    todo: dict[str, bytes] = {}
+    for row in rows:
+        image = row.get("image")
+        data = image.get("bytes") if isinstance(image, dict) else None
+        if data is not None:
+            key = f"sha256:{hashlib.sha256(data).hexdigest()}"
+            if key not in images:
+                todo.setdefault(key, data)
+    return dict(zip(todo, pool.map(lambda item: _image(item[0], item[1], limits), todo.items())))
+
+
+def _image(key: str, data: bytes, limits: ZipLimits) -> tuple[dict, HashedImage | None, Rejection | None]:
+    """An image's row, its hashes when it decodes, and the rejection when it does not."""
     row = {"image_key": key, "sha256": key.split(":", 1)[1], "bytes": len(data), "width": None, "height": None,
            "format": None, "status": "corrupt"}
     if len(data) > limits.max_entry_bytes:
-        rejected.append(Rejection(DATASET, "decode", key, f"{len(data)} bytes exceeds the {limits.max_entry_bytes}-byte limit"))
-        return row
+        return row, None, Rejection(DATASET, "decode", key, f"{len(data)} bytes exceeds the {limits.max_entry_bytes}-byte limit")
     h = hash_bytes(key, data, limits.max_image_pixels)
     if h.error is not None:
-        rejected.append(Rejection(DATASET, "decode", key, h.error))
-        return row
-    hashed.append(h)
-    return {**row, "width": h.width, "height": h.height, "format": h.format, "status": "ok"}
+        return row, None, Rejection(DATASET, "decode", key, h.error)
+    return {**row, "width": h.width, "height": h.height, "format": h.format, "status": "ok"}, h, None
