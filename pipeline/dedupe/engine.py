@@ -113,7 +113,7 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
         a, b, d = _route(nodes, hashes[nodes], max_distance)
         parts.append((a, b, np.full(len(a), r, np.int8), d))
     if robust is not None:
-        pictures = np.flatnonzero(searchable & (np.ones(len(robust), bool) if robust_ok is None else robust_ok))
+        pictures = np.flatnonzero(searchable if robust_ok is None else searchable & robust_ok)
         a, b, d = _route(pictures.astype(np.int64), robust[pictures], max_distance)
         parts.append((a, b, np.full(len(a), 4, np.int8), d))
     a = np.concatenate([p[0] for p in parts])

@@ -396,14 +396,14 @@ def _strip_flats(x, heights):
                 hist[v] += 1
             for q in range(heights.shape[0]):
                 if heights[q] == line + 1:
-                    out[edge, q] = _most_within(hist) / ((line + 1) * s)
+                    out[edge, q] = _most_within(hist, STRIP_FLAT_RANGE) / ((line + 1) * s)
     return out
 
 
 @njit(**_JIT)
-def _most_within(hist):
-    """The most values of a 256-bin histogram within STRIP_FLAT_RANGE of one value."""
-    w = 2 * STRIP_FLAT_RANGE + 1
+def _most_within(hist, within):
+    """The most values of a 256-bin histogram within `within` of one value."""
+    w = 2 * within + 1
     run = 0
     for v in range(w):
         run += hist[v]
@@ -423,7 +423,7 @@ def _strip_flat(x, edge, k):
     for i in range(i0, i1):
         for j in range(j0, j1):
             hist[x[i, j]] += 1
-    return _most_within(hist) / (k * s)
+    return _most_within(hist, STRIP_FLAT_RANGE) / (k * s)
 
 
 STRIP = 0.25  # a banner is looked for in this share of a side at each edge of the frame ...
@@ -1111,13 +1111,8 @@ def _drawn(x):
         for j in range(s):
             n += abs(x[i, j] - bg) <= DRAWN_TOL
             hist[x[i, j]] += 1
-    if n >= DRAWN_MIN * s * s:
-        return True
-    # a screenshot or a form: a window's grey frames it, its main colour fills most of it
-    most = 0
-    for v in range(256):
-        most = max(most, hist[max(v - DRAWN_TOL, 0):min(v + DRAWN_TOL + 1, 256)].sum())
-    return most >= DRAWN_MIN * s * s
+    # else a screenshot or a form: a window's grey frames it, its main colour fills most of it
+    return n >= DRAWN_MIN * s * s or _most_within(hist, DRAWN_TOL) >= DRAWN_MIN * s * s
 
 
 @njit(**_JIT)

@@ -90,18 +90,15 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
             try:
                 for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                     batch_rows = batch.to_pylist()
-                    checked_images = _check_images(batch_rows, images, limits, pool)
-                    for row in batch_rows:
+                    keys, checked_images = _check_images(batch_rows, images, limits, pool)
+                    for row, key in zip(batch_rows, keys):
                         done += 1
                         read[number][1] += 1
                         pair = _pair(row, done, seen, rejected)
                         if pair is None:
                             continue
                         origin[pair["pair_id"]] = number
-                        image = row.get("image")
-                        data = image.get("bytes") if isinstance(image, dict) else None
-                        if data is not None:
-                            key = f"sha256:{hashlib.sha256(data).hexdigest()}"
+                        if key is not None:
                             pair["image_key"] = key
                             if key not in images:
                                 images[key], h, bad = checked_images[key]
@@ -151,19 +148,20 @@ def _pair(row: dict, number: int, seen: dict, rejected: list) -> dict | None:
     }
 
 
-def _check_images(rows: list[dict], images: dict, limits: ZipLimits, pool) -> dict:
-    """The batch's images not met before, checked and hashed over the pool's threads (Pillow's
-    decode and resize let go of the GIL): key -> `_image`'s result. The caller takes them in row
-    order, so rows and quarantine come out as when each was checked in turn."""
-    todo: dict[str, bytes] = {}
+def _check_images(rows: list[dict], images: dict, limits: ZipLimits, pool) -> tuple[list, dict]:
+    """Each row's image key (None without embedded bytes), and the batch's images not met before,
+    checked and hashed over the pool's threads (Pillow's decode and resize let go of the GIL):
+    key -> `_image`'s result. The caller takes them in row order, so rows and quarantine come out
+    as when each was checked in turn."""
+    keys, todo = [], {}
     for row in rows:
         image = row.get("image")
         data = image.get("bytes") if isinstance(image, dict) else None
-        if data is not None:
-            key = f"sha256:{hashlib.sha256(data).hexdigest()}"
-            if key not in images:
-                todo.setdefault(key, data)
-    return dict(zip(todo, pool.map(lambda item: _image(item[0], item[1], limits), todo.items())))
+        key = None if data is None else f"sha256:{hashlib.sha256(data).hexdigest()}"
+        keys.append(key)
+        if key is not None and key not in images:
+            todo.setdefault(key, data)
+    return keys, dict(zip(todo, pool.map(lambda item: _image(item[0], item[1], limits), todo.items())))
 
 
 def _image(key: str, data: bytes, limits: ZipLimits) -> tuple[dict, HashedImage | None, Rejection | None]:
