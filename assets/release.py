@@ -13,7 +13,7 @@ from pipeline.quarantine import QUARANTINE_SCHEMA
 from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.staging import CANDIDATE_FILE, Candidate, Staged, write_staged, write_text_atomic
-from pipeline.visualprm.export import render_meta
+from pipeline.spec import load
 from warehouse.duck import publish_release
 from warehouse.store import ReleaseStore, release_id_for
 
@@ -47,11 +47,12 @@ def collect_tables(staged: list[Staged]) -> dict[str, pa.Table]:
 RAW_INPUTS = {d.name: d.raw_asset for d in datasets.DATASETS}
 STAGED_INPUTS = tuple(dict.fromkeys([a for d in datasets.DATASETS for a in d.staged_assets]
                                     + ["image_hashes", "image_dedupe", "record_contamination"]))
+# Every train set's training export (a train set may bring none).
 EXPORTS = {d.name: d.export_asset for d in datasets.DATASETS if d.export_asset}
 
 
-@dg.asset(group_name="quality", kinds={"parquet"}, code_version="2",
-          ins={name: dg.AssetIn(name) for name in (*RAW_INPUTS.values(), *STAGED_INPUTS)})
+@dg.asset(group_name="quality", kinds={"parquet"}, code_version="3",
+          ins={name: dg.AssetIn(name) for name in dict.fromkeys((*RAW_INPUTS.values(), *STAGED_INPUTS, *EXPORTS.values()))})
 def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[Candidate]:
     """Every table of the next release, its content-derived id, sources and exports, staged
     together so the blocking checks can judge the release as a whole before anything is published."""
@@ -74,14 +75,13 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
     # A candidate is judged afresh on every run: stale outcomes must not vouch for it.
     for old in (folder / CHECKS_DIR).glob("*.json") if (folder / CHECKS_DIR).is_dir() else []:
         old.unlink()
-    (export_asset,) = EXPORTS.values()  # one training export today; it names its dataset
     candidate = Candidate(
         release_id=release_id,
         dir=str(folder),
         tables=write_staged(folder / "tables", tables),
         sources=sources,
         settings=fingerprint,
-        export=inputs[export_asset].to_record(),
+        exports={name: inputs[asset].to_record() for name, asset in EXPORTS.items()},
         built_on=built_on,
     )
     write_text_atomic(folder / CANDIDATE_FILE, candidate.to_json())
@@ -89,6 +89,23 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
         candidate,
         metadata={"release_id": release_id, **{f"rows_{t}": dg.MetadataValue.int(v.num_rows) for t, v in tables.items()}},
     )
+
+
+def _renderer(ref: str, export):
+    """A publish-time file of an export: made from the release's final folder."""
+    return lambda final: load(ref)(final, export)
+
+
+def export_summary(exports: dict) -> dict:
+    """The manifest's summary of the training exports: `exports` per train set (rows, what was left
+    out and why, its files); `export` repeats the first train set's entry, as releases before
+    there were several exports wrote it."""
+    per_set = {name: {"dataset": e.dataset or name, "rows": e.rows, "removed": e.removed,
+                      "files": sorted([*e.exports, *e.render])} for name, e in exports.items()}
+    out: dict = {"exports": per_set}
+    if per_set:
+        out["export"] = {k: v for k, v in next(iter(per_set.values())).items() if k != "files"}
+    return out
 
 
 def _read_bucket_current(layout) -> str | None:
@@ -183,8 +200,7 @@ def warehouse_release(
           "details": json.dumps(o["details"], sort_keys=True)} for name, o in sorted(outcomes.items())],
         schema=QUALITY_SCHEMA,
     )
-    export = Staged.from_record(candidate.export)
-    rows = export.rows
+    exports = {name: Staged.from_record(record) for name, record in candidate.exports.items()}
     if dedupe_review.get("release_id") != release_id:
         raise dg.Failure(description=f"the review page was made for release {dedupe_review.get('release_id')}, "
                                      f"not {release_id}; materialize dedupe_review with the candidate")
@@ -200,11 +216,12 @@ def warehouse_release(
         code_version=TRANSFORM_VERSION,
         sources=candidate.sources,
         settings=candidate.settings,
-        files={**{rel: Path(p) for rel, p in export.exports.items()}, **review_page},
-        bulk={"exports/images": {rel[len("images/"):]: Path(p) for rel, p in export.images.items()},
+        files={**{rel: Path(p) for e in exports.values() for rel, p in e.exports.items()}, **review_page},
+        # the exports' images are content-addressed: train sets that show one image share its file
+        bulk={"exports/images": {rel[len("images/"):]: Path(p) for e in exports.values() for rel, p in e.images.items()},
               f"{REVIEW_DIR}/thumbs": review_thumbs},
-        rendered={"exports/visualprm_train_meta.json": lambda final: render_meta(final / "exports", rows)},
-        summary={"export": {"dataset": export.dataset, "rows": rows, "removed": export.removed}},
+        rendered={rel: _renderer(ref, e) for e in exports.values() for rel, ref in e.render.items()},
+        summary=export_summary(exports),
     )
     context.log.info(
         f"release {release_id} {'published' if published else 'unchanged, nothing new published'}"

@@ -17,7 +17,7 @@ from pipeline.staging import Export, Staged, read_staged, write_staged
 from pipeline import datasets
 from pipeline.decontam.records import excluded_reason, removed_by_leak, sample_leaks
 from pipeline.dedupe.decisions import hashes_table, mark_samples
-from pipeline.visualprm.export import build_export
+from pipeline.visualprm.export import META_FILE, build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
 from pipeline.dedupe.ray_executor import RayUnavailable
 from pipeline.visualprm.parse import parse_prm
@@ -169,7 +169,7 @@ def _resolve_from_hub(context, layout, settings, snapshot, refs: set[str]):
     return root, report, rejected
 
 
-@dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="2", tags={"dataset": "visualprm"})
+@dg.asset(group_name=DEDUPE, kinds={"python", "file"}, code_version="3", tags={"dataset": "visualprm"})
 def visualprm_export(
     context: dg.AssetExecutionContext,
     rewardhouse: RewardhouseResource,
@@ -213,7 +213,8 @@ def visualprm_export(
         # Per eval set and per leak class: the samples left out because they copy a record of that
         # set (a sample that copies two eval sets counts in both; `contaminated` counts it once).
         removed["contaminated_by"], removed["leaks"] = removed_by_leak(leaks, DATASET, kept, datasets.eval_sets())
-        result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports")
+        result = build_export(samples.filter(keep), staged["prm_steps"], staged["prm_images"], out / "exports",
+                              image_store=layout.image_store)
         removed["image_unavailable"] = len(result.excluded)
         removed["unresolved_by_source"] = result.unresolved_by_source
         excluded_ids = pa.array([r.record_key for r in result.excluded], pa.string())
@@ -223,11 +224,12 @@ def visualprm_export(
         samples = samples.append_column("excluded_reason", excluded_reason(samples, drop_duplicate, drop_contaminated, unavailable))
         value = Export(
             tables=write_staged(out, {"prm_samples": samples, "quarantine": quarantine_table(result.excluded)}),
-            exports={f"exports/{result.jsonl.name}": str(result.jsonl), f"exports/{result.parquet.name}": str(result.parquet)},
+            exports={f"exports/{p.name}": str(p) for p in (result.jsonl, result.parquet, result.trl)},
             images={rel: str(layout.image_store / src) for rel, src in result.image_files.items()},
             rows=result.rows,
             removed=removed,
             dataset=DATASET,
+            render={META_FILE: "pipeline.visualprm.export:release_meta"},
         )
         metadata = {"rows": result.rows, "images": len(result.image_files),
                     **{f"removed_{k}": v for k, v in removed.items() if k not in ("contaminated_by", "unresolved_by_source", "leaks")},

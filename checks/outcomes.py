@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from checks.rules import CheckOutcome
-from pipeline.datasets import table_contracts
+from pipeline.datasets import DATASETS, table_contracts
+from pipeline.gate import CheckOutcome
 from pipeline.staging import Candidate, write_text_atomic
 
 CHECKS_DIR = "checks"
@@ -15,8 +15,10 @@ CHECKS_DIR = "checks"
 # Published tables with a GX suite: every table contract of the registry (checks/suites.py builds
 # the suites; the names are read here so loading the code location does not import GX).
 GX_TABLES = tuple(table_contracts())
-RULE_CHECKS = ("referential_integrity", "step_label_distribution", "drift_vs_previous", "dedupe_sanity",
-               "quarantine_budget", "upstream_files")
+# The gate's rules: those of every release, with each dataset's own (DatasetSpec.gate) after the first.
+DATASET_RULES = tuple(rule.name for d in DATASETS for rule in d.gate)
+RULE_CHECKS = ("referential_integrity", *DATASET_RULES, "drift_vs_previous", "dedupe_sanity", "quarantine_budget",
+               "upstream_files")
 REQUIRED_CHECKS = tuple(f"gx_{t}" for t in GX_TABLES) + RULE_CHECKS
 
 

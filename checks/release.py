@@ -9,7 +9,8 @@ import duckdb
 
 from checks import rules
 from checks.outcomes import GX_TABLES, RULE_CHECKS, write_outcome
-from checks.rules import CheckOutcome
+from pipeline.datasets import DATASETS
+from pipeline.gate import CheckOutcome
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import Candidate
 from pipeline.stopping import stop_point
@@ -19,8 +20,9 @@ from warehouse.store import ReleaseStore
 
 _RULE_DESCRIPTIONS = {
     "referential_integrity": "every referenced image is inventoried or quarantined; every step, item and cluster member has its parent",
-    "step_label_distribution": "labels only +/-, 1..max_steps steps per sample, positive rates within bounds",
-    "drift_vs_previous": "label and steps-per-sample distributions (PSI) and row counts against the previous release",
+    **{rule.name: f"{d.title}: {rule.description}" for d in DATASETS for rule in d.gate},
+    "drift_vs_previous": "each dataset's distributions (PSI: e.g. VisualPRM's step labels and steps per sample) and "
+                         "row counts against the previous release",
     "dedupe_sanity": "no duplicate cluster above the size bound; contamination reported (image pairs, and leaks per "
                      "record by class and eval set)",
     "quarantine_budget": "quarantined share of each dataset's records and images under the budget",
@@ -53,8 +55,11 @@ def _previous(store: ReleaseStore, warehouse, candidate: Candidate, remote: bool
         return None, None, None
     try:
         con = duckdb.connect(str(warehouse), read_only=True)
-        con.execute(f"set schema '{schema_for(prev.release_id)}'")
-        con.execute("select count(*) from prm_steps").fetchall()
+        schema = schema_for(prev.release_id)
+        if not con.execute("select count(*) from information_schema.schemata where schema_name = ?", [schema]).fetchone()[0]:
+            con.close()
+            return None, None, None
+        con.execute(f"set schema '{schema}'")
     except duckdb.Error:
         return None, None, None
     return con, prev.release_id, prev.row_counts
@@ -107,7 +112,7 @@ def release_rules(context: dg.AssetCheckExecutionContext, rewardhouse: Rewardhou
     try:
         outcomes = [
             rules.referential_integrity(con),
-            rules.step_labels(con, q),
+            *rules.dataset_rules(con, q),
             rules.drift(con, previous, previous_id, {t: v.num_rows for t, v in tables.items()}, previous_counts, q),
             rules.dedupe_sanity(con, q),
             rules.quarantine_budget(con, q),

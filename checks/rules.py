@@ -1,36 +1,20 @@
-"""The release gate's own checks (plain Python + DuckDB, no Dagster): referential integrity, the
-step-label distribution, drift against the previous release, dedupe sanity, quarantine budget.
+"""The release gate's own checks (plain Python + DuckDB, no Dagster): referential integrity, drift
+against the previous release, dedupe sanity, quarantine budget, unusable upstream files; and each
+dataset's own rules (its DatasetSpec's `gate`, e.g. VisualPRM's step-label distribution).
 
 Each returns a CheckOutcome; severity ERROR means the release must not be published.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass, field
-
 import duckdb
 import pyarrow as pa
 
+from pipeline.gate import ERROR, WARN, CheckOutcome, psi, violations
 from pipeline.settings import QualitySettings
 
-ERROR, WARN = "ERROR", "WARN"
-
-
-@dataclass
-class CheckOutcome:
-    check: str
-    passed: bool
-    severity: str
-    details: dict = field(default_factory=dict)
-
-    @property
-    def blocks(self) -> bool:
-        return not self.passed and self.severity == ERROR
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, default=str)
+# The outcome type and helpers live in pipeline/gate.py (datasets' own rules use them too).
+__all__ = ["ERROR", "WARN", "CheckOutcome", "psi", "violations"]
 
 
 def connect(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
@@ -40,14 +24,12 @@ def connect(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _violations(con, rules: list[tuple[str, str]], sample: int = 5) -> dict:
-    """rules: (name, query returning offending keys). Returns {name: {count, sample}} of the failing."""
-    found = {}
-    for name, sql in rules:
-        rows = con.execute(f"select * from ({sql}) limit 1000000").fetchall()
-        if rows:
-            found[name] = {"count": len(rows), "sample": [r[0] if len(r) == 1 else list(r) for r in rows[:sample]]}
-    return found
+def dataset_rules(con, q: QualitySettings, datasets_=None) -> list[CheckOutcome]:
+    """Every dataset's own gate rules (DatasetSpec.gate), in registry order."""
+    from pipeline import datasets
+    from pipeline.spec import load
+
+    return [load(rule.run)(con, q) for d in (datasets_ or datasets.DATASETS) for rule in d.gate]
 
 
 def referential_integrity(con) -> CheckOutcome:
@@ -70,69 +52,28 @@ def referential_integrity(con) -> CheckOutcome:
             rules.append((f"{d.name} leak names no {d.record_table} row",
                           f"""select x.{side}_key from record_contamination x where x.{side}_dataset = '{d.name}'
                               and not exists (select 1 from {d.record_table} r where r.{key}::varchar = x.{side}_key)"""))
-    bad = _violations(con, rules)
+    bad = violations(con, rules)
     return CheckOutcome("referential_integrity", not bad, ERROR, {"violations": bad, "rules": len(rules)})
 
 
-def step_labels(con, q: QualitySettings) -> CheckOutcome:
-    """Labels only "+"/"-", 1..max_steps steps per sample, no sample without steps, and positive
-    rates (overall, and per source with enough samples) within bounds."""
-    rules = [
-        ("label not + or -", "select sample_id, step_index, label from prm_steps where label is null or label not in ('+', '-')"),
-        (f"steps per sample outside 1..{q.max_steps}",
-         f"select sample_id, n_steps from prm_samples where n_steps is null or n_steps < 1 or n_steps > {q.max_steps}"),
-        ("sample without steps", "select p.sample_id from prm_samples p anti join prm_steps s using (sample_id)"),
-        ("n_steps disagrees with prm_steps",
-         "select p.sample_id from prm_samples p join (select sample_id, count(*) n from prm_steps group by 1) s using (sample_id) where s.n <> p.n_steps"),
-    ]
-    bad = _violations(con, rules)
-    steps = con.execute("select count(*), count(*) filter (where label = '+') from prm_steps").fetchone()
-    details: dict = {"violations": bad, "steps": steps[0]}
-    if steps[0]:
-        rate = steps[1] / steps[0]
-        details["positive_rate"] = round(rate, 6)
-        lo, hi = q.positive_rate
-        if not lo <= rate <= hi:
-            bad["overall positive rate out of bounds"] = {"count": 1, "sample": [f"{rate:.4f} not in [{lo}, {hi}]"]}
-        lo, hi = q.source_positive_rate
-        per_source = con.execute(
-            f"""select coalesce(p.source, '(unknown)'), count(distinct p.sample_id), avg((s.label = '+')::double)
-                from prm_steps s join prm_samples p using (sample_id) group by 1
-                having count(distinct p.sample_id) >= {int(q.min_source_samples)} order by 1"""
-        ).fetchall()
-        details["source_positive_rate"] = {src: round(r, 6) for src, _, r in per_source}
-        out = [f"{src}: {r:.4f}" for src, _, r in per_source if not lo <= r <= hi]
-        if out:
-            bad["source positive rate out of bounds"] = {"count": len(out), "sample": out[:5]}
-    return CheckOutcome("step_label_distribution", not bad, ERROR, details)
-
-
-def psi(expected: dict, actual: dict, floor: float = 1e-4) -> float:
-    """Population stability index of two categorical distributions (counts by category)."""
-    keys = set(expected) | set(actual)
-    te, ta = sum(expected.values()) or 1, sum(actual.values()) or 1
-    total = 0.0
-    for k in keys:
-        e = max(expected.get(k, 0) / te, floor)
-        a = max(actual.get(k, 0) / ta, floor)
-        total += (a - e) * math.log(a / e)
-    return total
-
-
-_LABEL_DIST = "select coalesce(p.source, '(unknown)') || ' ' || s.label, count(*) from prm_steps s join prm_samples p using (sample_id) group by 1"
-_STEPS_DIST = "select n_steps::varchar, count(*) from prm_samples group by 1"
-
-
 def drift(con, previous: duckdb.DuckDBPyConnection | None, previous_id: str | None, row_counts: dict,
-          previous_counts: dict | None, q: QualitySettings) -> CheckOutcome:
-    """Per-source label distribution and steps-per-sample distribution against the previous
-    release (PSI), and row-count change per table."""
+          previous_counts: dict | None, q: QualitySettings, datasets_=None) -> CheckOutcome:
+    """Each dataset's drift signals (DatasetSpec.drift: categorical distributions, compared by
+    PSI) against the previous release, and row-count change per table. A signal whose tables the
+    previous release did not have (a dataset new in this release) is noted, not compared."""
+    from pipeline import datasets
+
     if previous is None:
         return CheckOutcome("drift_vs_previous", True, q.drift_severity, {"note": "first release: nothing to compare"})
     details: dict = {"previous_release": previous_id}
     drifted = {}
-    for name, sql in (("label_distribution_psi", _LABEL_DIST), ("steps_per_sample_psi", _STEPS_DIST)):
-        now, before = dict(con.execute(sql).fetchall()), dict(previous.execute(sql).fetchall())
+    for name, sql in (s for d in (datasets_ or datasets.DATASETS) for s in d.drift):
+        now = dict(con.execute(sql).fetchall())
+        try:
+            before = dict(previous.execute(sql).fetchall())
+        except duckdb.CatalogException:
+            details.setdefault("new_in_this_release", []).append(name)
+            continue
         if not now and not before:
             continue
         value = psi(before, now)

@@ -43,6 +43,7 @@ class _Resource(dg.ConfigurableResource):
     hf_image_revision: Optional[str] = None
     hf_visualprm_revision: Optional[str] = None
     hf_revisions: Dict[str, str] = {}  # any other Hub dataset: repo -> revision (e.g. MMInstruction/VL-RewardBench)
+    hf_shards: Dict[str, int] = {}  # a Hub dataset too large to fetch whole: repo -> its first N shards
     # Publish even when a whole upstream file was refused (see Settings.allow_unusable_files).
     allow_unusable_files: bool = False
     # VisualPRM image roots, in order (folders, zips, split zips named by their first part).
@@ -75,6 +76,7 @@ class _Resource(dg.ConfigurableResource):
             hf_image_revision=self.hf_image_revision,
             hf_visualprm_revision=self.hf_visualprm_revision,
             hf_revisions=dict(self.hf_revisions),
+            hf_shards=dict(self.hf_shards),
             allow_unusable_files=self.allow_unusable_files,
             image_roots=tuple(self.image_roots),
             hf_images=self.hf_images,

@@ -11,7 +11,7 @@ from pathlib import Path
 from pipeline import env
 
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
-TRANSFORM_VERSION = "9"
+TRANSFORM_VERSION = "10"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,6 +144,9 @@ class Settings:
     # Any other Hub dataset: repo -> revision (the sensor pins a run through it). Datasets added
     # later pin here, so adding one needs no new setting.
     hf_revisions: dict = field(default_factory=dict)
+    # hf source: repo -> take only its first N data shards (by name), for sets too large to fetch
+    # whole (RLAIF-V is ~13 GB in 14 shards); a repo not named here is fetched whole.
+    hf_shards: dict = field(default_factory=dict)
     # Publish even when a whole upstream file was refused (the `upstream_files` check then warns):
     # e.g. ship three MMRB2 tasks while the fourth's file is broken. Off: such a file blocks.
     allow_unusable_files: bool = False
@@ -170,6 +173,9 @@ class Settings:
             raise ValueError(f"workers (--workers) must be 0 (every core) or more, not {self.workers!r}")
         if not _whole(self.keep_releases) or self.keep_releases < 0:
             raise ValueError(f"keep_releases must be 0 (keep all) or more, not {self.keep_releases!r}")
+        for repo, n in dict(self.hf_shards).items():
+            if not _whole(n) or n < 1:
+                raise ValueError(f"hf_shards[{repo!r}] must be a whole number of shards, 1 or more, not {n!r}")
         unknown = [c for c in self.export_keep_leaks if c not in LEAK_CLASSES]
         if unknown or isinstance(self.export_keep_leaks, str):
             raise ValueError(f"export_keep_leaks (--keep-leaks) takes leak classes among {', '.join(LEAK_CLASSES)}, "
@@ -209,6 +215,10 @@ class Settings:
 
     def hf_revision(self, repo: str) -> str | None:
         return self.hf_revisions.get(repo)
+
+    def hf_shard_limit(self, repo: str) -> int | None:
+        """How many of a Hub repo's shards the hf source takes (None: all)."""
+        return self.hf_shards.get(repo)
 
     @property
     def max_image_pixels(self) -> int:

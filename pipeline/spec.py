@@ -37,6 +37,16 @@ class Upstream:
 
 
 @dataclass(frozen=True)
+class GateRule:
+    """A rule of the release gate that a dataset brings: a blocking check on `release_candidate`
+    named `name` (its result lands in `quality_results` under that name)."""
+
+    name: str
+    description: str
+    run: str  # "module:function(con, quality: QualitySettings) -> pipeline.gate.CheckOutcome" over the candidate's tables
+
+
+@dataclass(frozen=True)
 class DatasetSpec:
     name: str  # the value of `dataset` in shared tables (image_hashes, quarantine, ...)
     title: str
@@ -57,7 +67,14 @@ class DatasetSpec:
     staged_assets: tuple[str, ...]  # assets whose `tables` go into the release
     image_asset: str  # the asset whose `internal.image_hashes` holds its image signatures
     checks: str | None = None  # the module of its own asset checks
-    export_asset: str | None = None  # a train set's training export (files to publish)
+    # A train set's training export: the asset whose value is a staging.Export (its tables, the
+    # files to publish under exports/, the images they link, what it left out); any number of
+    # train sets each bring one, and the release publishes them all.
+    export_asset: str | None = None
+    # Its own release-gate rules (checks on the candidate) and drift signals: (name, SQL over the
+    # candidate's tables giving (category, count)), compared with the previous release by PSI.
+    gate: tuple[GateRule, ...] = ()
+    drift: tuple[tuple[str, str], ...] = ()
     integrity: tuple[tuple[str, str], ...] = ()  # referential rules: (name, SQL returning offenders)
     sample_ok_images: str = "status = 'ok'"  # which image_table rows count as kept images
     # The review page (pipeline/review): "module:function" reading chosen images' bytes, and SQL over

@@ -59,13 +59,17 @@ class Staged:
 @dataclass(frozen=True)
 class Export(Staged):
     """A training export: besides its tables, the files to publish (release-relative path ->
-    staged file), the images they link (-> image store file), its row count and what it left out."""
+    staged file), the images they link (exports/-relative path -> image store file), its row
+    count and what it left out; `render`: files made at publish time from the release's final
+    folder (release-relative path -> "module:function(release_dir, export) -> bytes", e.g. a meta
+    file that must name where the release lives)."""
 
     exports: dict[str, str] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
     rows: int = 0
     removed: dict = field(default_factory=dict)
     dataset: str = ""
+    render: dict[str, str] = field(default_factory=dict)
 
     def files(self) -> list[str]:
         return [*super().files(), *self.exports.values(), *self.images.values()]
@@ -73,14 +77,14 @@ class Export(Staged):
 
 @dataclass(frozen=True)
 class Candidate:
-    """The next release as staged for the gate: its id, folder, tables, sources, settings and export."""
+    """The next release as staged for the gate: its id, folder, tables, sources, settings and exports."""
 
     release_id: str
     dir: str
     tables: dict[str, str]
     sources: dict
     settings: dict
-    export: dict  # Export.to_record() of the training export
+    exports: dict  # train set -> Export.to_record() of its training export
     # A bucket root: the release its CURRENT named when this run read it (None: it had none). The
     # candidate is judged against it, and the publish moves CURRENT only if it still names it.
     built_on: str | None = None

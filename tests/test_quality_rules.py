@@ -5,6 +5,7 @@ import pytest
 
 from checks import rules
 from conftest import published_home
+from pipeline.visualprm.gate import step_labels
 from pipeline.settings import QualitySettings
 from warehouse.store import ReleaseStore
 
@@ -27,18 +28,19 @@ def replace_column(table: pa.Table, name: str, values) -> pa.Table:
 
 def test_sample_passes_every_rule(tables):
     con = rules.connect(tables)
-    outcomes = [rules.referential_integrity(con), rules.step_labels(con, Q), rules.dedupe_sanity(con, Q),
+    outcomes = [rules.referential_integrity(con), *rules.dataset_rules(con, Q), rules.dedupe_sanity(con, Q),
                 rules.quarantine_budget(con, Q), rules.drift(con, None, None, {}, None, Q)]
     assert all(o.passed for o in outcomes), [o for o in outcomes if not o.passed]
     assert outcomes[-1].details == {"note": "first release: nothing to compare"}
-    assert 0.75 < outcomes[1].details["positive_rate"] < 0.97
+    labels = next(o for o in outcomes if o.check == "step_label_distribution")
+    assert 0.75 < labels.details["positive_rate"] < 0.97
 
 
 def test_label_x_fails_the_label_rule(tables):
     steps = tables["prm_steps"]
     labels = steps["label"].to_pylist()
     labels[3] = "x"
-    out = rules.step_labels(rules.connect({**tables, "prm_steps": replace_column(steps, "label", labels)}), Q)
+    out = step_labels(rules.connect({**tables, "prm_steps": replace_column(steps, "label", labels)}), Q)
     assert not out.passed and out.blocks and out.details["violations"]["label not + or -"]["count"] == 1
 
 
@@ -49,7 +51,7 @@ def test_forty_point_drop_in_positive_rate_fails(tables):
     for i in flip:
         labels[i] = "-"
     broken = {**tables, "prm_steps": replace_column(steps, "label", labels)}
-    out = rules.step_labels(rules.connect(broken), Q)
+    out = step_labels(rules.connect(broken), Q)
     assert out.blocks and "overall positive rate out of bounds" in out.details["violations"]
     drift = rules.drift(rules.connect(broken), rules.connect(tables), "r0", {}, None, Q)
     assert not drift.passed and drift.details["drifted"]["label_distribution_psi"] > Q.drift_psi

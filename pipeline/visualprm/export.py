@@ -21,6 +21,7 @@ from pipeline.quarantine import Rejection
 DATASET = "visualprm"
 EXPORT_NAME = "visualprm_train"
 IMAGES_DIR = "images"
+META_FILE = f"exports/{EXPORT_NAME}_meta.json"  # release-relative, made at publish time (release_meta)
 
 # InternVL's PRM system prompt, verbatim from OpenGVLab/InternVL
 # internvl_chat/tools/reasoning_data_pipeline/utils/constants.py (format fidelity).
@@ -80,12 +81,20 @@ class ExportResult:
     rows: int
     jsonl: Path
     parquet: Path
+    trl: Path | None = None  # the same rows in TRL's stepwise-supervision type (pipeline/trl.py)
     image_files: dict[str, str] = field(default_factory=dict)  # export-relative path -> store path
     excluded: list[Rejection] = field(default_factory=list)
     unresolved_by_source: dict[str, int] = field(default_factory=dict)  # samples left out for an unresolved image
 
 
-def build_export(samples: pa.Table, steps: pa.Table, images: pa.Table, out_dir: Path) -> ExportResult:
+TRL_FILE = f"{EXPORT_NAME}_trl.parquet"
+
+
+def build_export(samples: pa.Table, steps: pa.Table, images: pa.Table, out_dir: Path,
+                 image_store: Path | None = None) -> ExportResult:
+    """The InternVL files of the samples given (those the export keeps), and, given the image
+    store, the same rows as TRL stepwise supervision (`visualprm_train_trl.parquet`: the question,
+    the steps, their labels as bools, the images embedded)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
     con.register("samples", samples.select(["sample_id", "question", "image_refs", "source"]))
@@ -114,13 +123,37 @@ def build_export(samples: pa.Table, steps: pa.Table, images: pa.Table, out_dir: 
         f"copy (select id, image, conversations from x_rows order by row_no) to '{str(parquet).replace(chr(39), chr(39) * 2)}'"
         " (format parquet, compression zstd)"
     )
+    trl = _write_trl(con, out_dir / TRL_FILE, image_store) if image_store is not None else None
     image_files = {f"{IMAGES_DIR}/{p}": p for (p,) in con.sql("select distinct store_path from x_refs where status = 'ok'").fetchall()}
     excluded = [Rejection(DATASET, "export", key, reason)
                 for key, reason in con.sql("select sample_id, reason from x_excluded order by sample_id").fetchall()]
     unresolved = dict(con.sql("""select coalesce(s.source, '(none)'), count(*)::int from x_excluded x join samples s using (sample_id)
                                  where x.status = 'unresolved' group by 1 order by 1""").fetchall())
-    return ExportResult(rows=len(lines), jsonl=jsonl, parquet=parquet, image_files=image_files, excluded=excluded,
-                        unresolved_by_source=unresolved)
+    return ExportResult(rows=len(lines), jsonl=jsonl, parquet=parquet, trl=trl, image_files=image_files,
+                        excluded=excluded, unresolved_by_source=unresolved)
+
+
+def _write_trl(con, path: Path, image_store: Path) -> Path:
+    """The exported samples in TRL's stepwise-supervision type, in the InternVL files' order,
+    streamed from DuckDB a batch at a time."""
+    from pipeline.trl import STEPWISE, TrlWriter, store_reader
+
+    cursor = con.execute("""
+        select s.sample_id, s.question,
+               (select list(st.text order by st.step_index) from steps st where st.sample_id = s.sample_id),
+               (select list(st.label = '+' order by st.step_index) from steps st where st.sample_id = s.sample_id),
+               coalesce((select list(r.store_path order by r.pos) from x_refs r where r.sample_id = s.sample_id), [])
+        from x_rows x join samples s on s.sample_id = x.id order by x.row_no""")
+    with TrlWriter(path, STEPWISE, store_reader(image_store)) as writer:
+        while batch := cursor.fetchmany(1024):
+            for sample_id, question, texts, labels, images in batch:
+                writer.add({"id": sample_id, "prompt": question, "completions": texts, "labels": labels, "images": images})
+    return path
+
+
+def release_meta(release_dir: Path, export) -> bytes:
+    """The meta file as the release publishes it (staging.Export.render): in its exports folder."""
+    return render_meta(release_dir / "exports", export.rows)
 
 
 def render_meta(exports_dir: Path, rows: int) -> bytes:

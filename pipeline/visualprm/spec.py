@@ -3,7 +3,8 @@
 from pipeline.settings import VISUALPRM_REPO, VISUALPRM_UPSTREAM_REPO
 from pipeline.visualprm.contract import contracts
 from pipeline.visualprm.source import is_parquet_shard
-from pipeline.spec import TRAIN, DatasetSpec, Upstream
+from pipeline.spec import TRAIN, DatasetSpec, GateRule, Upstream
+from pipeline.visualprm.gate import LABEL_DISTRIBUTION, STEPS_DISTRIBUTION
 
 SPEC = DatasetSpec(
     name="visualprm",
@@ -29,6 +30,9 @@ SPEC = DatasetSpec(
     staged_assets=("visualprm_samples", "visualprm_images", "visualprm_export"),
     image_asset="visualprm_images",
     export_asset="visualprm_export",
+    gate=(GateRule("step_label_distribution", "labels only +/-, 1..max_steps steps per sample, positive rates within bounds",
+                   "pipeline.visualprm.gate:step_labels"),),
+    drift=(("label_distribution_psi", LABEL_DISTRIBUTION), ("steps_per_sample_psi", STEPS_DISTRIBUTION)),
     review_images="pipeline.review.sources:visualprm_images",
     image_records=(
         "select r.ref as image_key, s.sample_id as record, s.in_export from prm_samples s, unnest(s.image_refs) as r(ref)"
