@@ -175,3 +175,19 @@ def progress_logger(context, label: str, every: float = 5.0) -> Callable[[int, i
             context.log.info(f"{label} {done}/{total} images ({rate:.0f} images/s, ETA {eta:.0f}s)")
 
     return report
+
+
+def export_metadata(rows: int, images: int, removed: dict) -> dict:
+    """A training export's materialization metadata, the same keys for every train set (the CLI's
+    summary reads them): rows, images, and what was left out (`removed_<reason>`; leaks per class
+    and eval set as `removed_<class>_leak_of_<eval set>`, per eval set as
+    `removed_contaminated_by_<eval set>`)."""
+    out = {"rows": rows, "images": images}
+    for k, v in removed.items():
+        if k == "leaks":
+            out.update({f"removed_{c}_leak_of_{ev}": n for c, per in v.items() for ev, n in per.items()})
+        elif k == "contaminated_by":
+            out.update({f"removed_contaminated_by_{ev}": n for ev, n in v.items()})
+        else:
+            out[f"removed_{k}"] = v
+    return out

@@ -11,7 +11,7 @@ from pipeline import datasets
 from pipeline.dedupe.decisions import (
     HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_BATCH, SIGNATURE_SCHEMA, find_duplicates, near_misses, thumb_file,
 )
-from pipeline.review.overrides import OverridesError, unusable_overrides
+from pipeline.review.overrides import OverridesError, load as load_overrides, unusable_overrides
 from pipeline.dedupe.engine import ENGINE_VERSION
 from pipeline.resources import RewardhouseResource
 from pipeline.staging import Staged, read_staged, write_staged, write_staged_stream, write_text_atomic
@@ -63,7 +63,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     # The reviewers' decisions are read here, once per run; the digest of what was applied goes
     # with the output to the release id, so a file changed later in the run waits for the next.
     try:
-        overrides = settings.load_overrides()
+        overrides = load_overrides(settings.overrides)
     except OverridesError as exc:
         raise dg.Failure(description=unusable_overrides(exc)) from None
     digest = overrides.digest()
@@ -77,8 +77,9 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
         rows = pq.read_table(signatures, columns=[c for c in SIGNATURE_SCHEMA.names if c not in ("thumb", "fine")])
         thumbs = thumb_file(signatures, out / "internal" / "thumbs.npy")
         start = time.perf_counter()
-        clusters, contamination, result = find_duplicates(rows, settings.dedupe_max_distance, thumbs=thumbs,
-                                                          stop=stop_point, overrides=overrides)
+        clusters, contamination, result = find_duplicates(
+            rows, settings.dedupe_max_distance, eval_sets=datasets.eval_sets(), train_sets=datasets.train_sets(),
+            thumbs=thumbs, stop=stop_point, overrides=overrides)
         seconds = time.perf_counter() - start
         applied = result.applied if result is not None else OVERRIDES_APPLIED_SCHEMA.empty_table()
         tables = {"duplicate_clusters": clusters, "contamination": contamination,
@@ -137,10 +138,10 @@ def record_contamination(context: dg.AssetExecutionContext, rewardhouse: Rewardh
         EVAL_OVERLAP_SCHEMA, RECORD_CONTAMINATION_SCHEMA, dataset_records, eval_image_links, eval_overlap,
         image_links, record_contamination as joined,
     )
-    from pipeline.decontam.text import RECORD_TEXT_SCHEMA, text_leaks
+    from pipeline.decontam.text import RECORD_TEXT_SCHEMA, TextMatchSettings, text_leaks
 
     settings = rewardhouse.settings()
-    match = settings.text_match()
+    match = TextMatchSettings.from_settings(settings)
     dedupe = inputs["image_dedupe"]
     records = {name: inputs[asset] for name, asset in RECORD_ASSETS.items()}
     key = staging_key(None, {"d": dedupe.tables, "o": dedupe.internal.get("overrides"),

@@ -10,6 +10,7 @@ import dagster as dg
 import pyarrow as pa
 
 from pipeline.dedupe.decisions import hashes_table
+from pipeline.dedupe.executor import Executor
 from pipeline.dedupe.hashing import default_workers
 from pipeline.dedupe.ray_executor import RayUnavailable
 from pipeline.contract import enforce
@@ -95,7 +96,7 @@ def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, 
     `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
     what to leave out)."""
     settings = rewardhouse.settings()
-    executor = settings.image_executor()
+    executor = Executor.from_settings(settings)
     if executor.on_ray:
         context.log.info(f"mmrb2 images [{part}]: hashing on {executor.describe()}")
     try:

@@ -17,6 +17,7 @@ from pipeline.staging import Export, Staged, read_staged, write_staged
 from pipeline import datasets
 from pipeline.decontam.records import excluded_reason, removed_by_leak, sample_leaks
 from pipeline.dedupe.decisions import hashes_table, mark_samples
+from pipeline.dedupe.executor import Executor
 from pipeline.visualprm.export import META_FILE, build_export
 from pipeline.visualprm.images import DATASET, ImageStore, inventory_prm_images
 from pipeline.dedupe.ray_executor import RayUnavailable
@@ -24,7 +25,7 @@ from pipeline.visualprm.parse import parse_prm
 from pipeline.visualprm.readers import connect, load_jsonl_input, load_parquet_input, refused_files
 from pipeline.visualprm.stats import label_stats
 
-from assets.common import bars, fetch_output, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
+from assets.common import bars, export_metadata, fetch_output, plain_counts, preview, progress_logger, reuse_or_run, snapshot_of, staging_key
 
 RAW, STAGED, IMAGES, DEDUPE = "raw", "staged", "images", "dedupe"
 
@@ -104,7 +105,7 @@ def visualprm_images(
     def compute():
         samples = read_staged(visualprm_samples.internal)["prm_samples"]
         refs = set(pc.list_flatten(samples["image_refs"]).to_pylist())
-        executor = settings.image_executor()
+        executor = Executor.from_settings(settings)
         roots = image_roots(settings)
         hub = {}
         hub_rejected = []
@@ -231,11 +232,7 @@ def visualprm_export(
             dataset=DATASET,
             render={META_FILE: "pipeline.visualprm.export:release_meta"},
         )
-        metadata = {"rows": result.rows, "images": len(result.image_files),
-                    **{f"removed_{k}": v for k, v in removed.items() if k not in ("contaminated_by", "unresolved_by_source", "leaks")},
-                    **{f"removed_{c}_leak_of_{ev}": n for c, per in removed["leaks"].items() for ev, n in per.items()},
-                    "removed_unresolved_by_source": result.unresolved_by_source,
-                    **{f"removed_contaminated_by_{ev}": n for ev, n in removed["contaminated_by"].items()},
+        metadata = {**export_metadata(result.rows, len(result.image_files), removed),
                     "preview": preview(samples, columns=["sample_id", "source", "n_steps", "is_duplicate", "leak", "in_export",
                                                          "excluded_reason"])}
         return value, metadata

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from pipeline import env
-from pipeline.settings import DEFAULT_MAX_DISTANCE, MMRB2_TASKS, REPO_ROOT, Layout
+from pipeline.settings import DEFAULT_MAX_DISTANCE, REPO_ROOT, Layout
 
 PROGRESS_EVERY = 5.0  # seconds between progress lines when stderr is a log, not a terminal
 EXAMPLE_SQL = "select task, count(*) as pairs, round(avg((chosen = 'A')::int) * 100, 1) as chosen_a_pct from mmrb2_pairs group by task order by task"
@@ -292,12 +292,13 @@ def _settings_problem(args, config: dict) -> str | None:
     not a folder, and the resource's own validation (field types, then the Settings it makes)."""
     from pydantic import ValidationError
 
+    from pipeline.dedupe.executor import Executor
     from pipeline.resources import RewardhouseResource
 
     if config.get("local_path") and args.source == "local" and not Path(config["local_path"]).is_dir():
         return f"--path {args.path}: no such folder ({config['local_path']}); --source local reads a folder mirroring the upstream layout"
     try:
-        RewardhouseResource(**config).settings().image_executor()
+        Executor.from_settings(RewardhouseResource(**config).settings())
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(part) for part in err["loc"])
@@ -311,10 +312,10 @@ def _overrides_problem(config: dict) -> str | None:
     """The reviewers' overrides file, if the run could not use it. The dedupe step reads it again
     (that read is the one applied) and stops with the same line if it broke in between."""
     from pipeline.resources import RewardhouseResource
-    from pipeline.review.overrides import OverridesError, unusable_overrides
+    from pipeline.review.overrides import OverridesError, load, unusable_overrides
 
     try:
-        RewardhouseResource(**config).settings().load_overrides()
+        load(RewardhouseResource(**config).settings().overrides)
     except OverridesError as exc:
         return unusable_overrides(exc)
     return None
@@ -346,10 +347,10 @@ def _run(args, state: dict) -> int:
     from dagster._core.utils import make_new_run_id
 
     from pipeline.liveness import Busy, set_process_label
-    from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
     from pipeline.resources import RewardhouseResource
     from pipeline import unwritable
     from pipeline.runs import Lease, abandon, reap_dead_runs, settle_finished, wait_for_other_runs
+    from pipeline.schedules import all_partitions_tags
     from pipeline.stopping import Stopped, stop_point
     from warehouse.store import ReleaseStore
 
@@ -418,7 +419,7 @@ def _run(args, state: dict) -> int:
                         result = job.execute_in_process(
                             instance=instance,
                             run_id=run_id,
-                            tags=ALL_PARTITIONS_TAGS,
+                            tags=all_partitions_tags(),
                             run_config={
                                 "resources": {"rewardhouse": {"config": config}},
                                 # The full event log (with tracebacks) is in the Dagster UI; the terminal gets a summary.
@@ -700,32 +701,6 @@ def format_rows(columns: list[str], rows: list[tuple], fmt: str = "table") -> st
     out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out)
-
-
-def cmd_score(args) -> int:
-    import duckdb
-
-    from pipeline.mmrb2.scoring import JudgementFileError, format_report, load_judgements, score
-
-    try:
-        judgements = load_judgements([Path(f) for f in args.files])
-    except JudgementFileError as exc:
-        return _fail(str(exc), 2)
-    try:
-        with _connect_readonly(Layout()) as con:
-            truth = con.execute("select pair_id, task, chosen from mmrb2_pairs").fetchall()
-    except (FileNotFoundError, duckdb.Error) as exc:
-        return _fail(str(exc).splitlines()[0])
-    order = {task: i for i, task in enumerate(MMRB2_TASKS)}
-    truth.sort(key=lambda row: (order.get(row[1], len(order)), row[1]))
-    scores, unknown = score(truth, judgements)
-    if not scores:
-        return _fail(f"none of the {len(judgements)} judged pair ids is among the {len(truth)} MMRB2 pairs of the "
-                     "current release (a release of the embedded sample holds only the sample's pairs): load the "
-                     "whole benchmark with `rewardhouse run --source hf` (or `--source local --path DIR`) and score "
-                     "again", 2)
-    print(format_report(scores, unknown))
-    return 0
 
 
 def _without_pandas() -> None:
@@ -1039,7 +1014,36 @@ def cmd_status(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _dataset_command(handler):
+    """A dataset's sub-command (see `_add_dataset_commands`): `handler(args, connect)` gives the
+    exit status and the text, printed on success, else said as the one line of a failure."""
+    def run(args) -> int:
+        code, text = handler(args, lambda: _connect_readonly(Layout()))
+        if code:
+            return _fail(text, code)
+        print(text)
+        return 0
+
+    return run
+
+
+def _add_dataset_commands(sub) -> None:
+    """The sub-commands the datasets of the registry bring: a dataset package with a `cli` module
+    adds them with its `add_commands(sub, command)` (pipeline/mmrb2/cli.py: `score`)."""
+    import importlib
+    import importlib.util
+
+    from pipeline import datasets
+
+    for spec in datasets.DATASETS:
+        package = spec.fetch.partition(":")[0].rpartition(".")[0]  # pipeline.<dataset>
+        if importlib.util.find_spec(f"{package}.cli") is not None:
+            importlib.import_module(f"{package}.cli").add_commands(sub, _dataset_command)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Every command; the datasets' own (read from the registry) only when `argv` does not start with
+    a built-in one, which then answers without that import (it would double `status`'s start-up)."""
     parser = argparse.ArgumentParser(prog="rewardhouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -1154,9 +1158,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="clean up after dead runs now (mark them failed, free their slots), as the next run would")
     st.set_defaults(func=cmd_status)
 
-    sc = sub.add_parser("score", help="score judge outputs (official judgement format) against the benchmark")
-    sc.add_argument("files", nargs="+", help="judgement files in the official format, one JSON object of pair ids (docs/scoring.md)")
-    sc.set_defaults(func=cmd_score)
+    if not argv or argv[0] not in sub.choices:
+        _add_dataset_commands(sub)
     return parser
 
 
@@ -1167,7 +1170,7 @@ def _has_module(name: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     if argv is None and args.func is cmd_dedupe:
         _without_pandas()  # the whole process is this one command (not a caller's Python session)
     home = env.home()

@@ -243,6 +243,18 @@ class FileColumns:
                 drifted.append(f"column {name} is {_shown_type(found)}, expected {wanted}")
         return f"schema drift: {'; '.join(drifted)}" if drifted else None
 
+    def parquet_problem(self, path) -> str | None:
+        """Why a parquet file cannot be used at all (unreadable, or not in the upstream format), or
+        None; read from its footer, before any row."""
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(path)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            return f"unreadable parquet: {exc}"
+        problem = self.problem(schema)
+        return f"parquet {problem}" if problem else None
+
 
 def _family(t: pa.DataType) -> str:
     if pa.types.is_dictionary(t):

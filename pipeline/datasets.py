@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from pipeline.mmrb2.spec import SPEC as MMRB2
+from pipeline.rlaifv.spec import SPEC as RLAIFV
 from pipeline.spec import EVAL, TRAIN, DatasetSpec
 from pipeline.settings import QualitySettings
 from pipeline.visualprm.spec import SPEC as VISUALPRM
 from pipeline.vlrb.spec import SPEC as VLRB
 
-DATASETS: tuple[DatasetSpec, ...] = (MMRB2, VISUALPRM, VLRB)
+DATASETS: tuple[DatasetSpec, ...] = (MMRB2, VISUALPRM, VLRB, RLAIFV)
 
 
 def names() -> tuple[str, ...]:
@@ -38,7 +39,7 @@ def table_contracts(quality: QualitySettings = QualitySettings()) -> dict:
     out = {}
     for d in DATASETS:
         out.update(d.contracts(quality))
-    out.update(shared(quality))
+    out.update(shared(quality, names(), eval_sets(), train_sets(), quarantine_stages()))
     return out
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import os
+import uuid
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from PIL import Image, UnidentifiedImageError
@@ -99,3 +102,26 @@ def inspect_image(data: bytes, max_pixels: int | None = None) -> tuple[int | Non
 
 def extension(fmt: str | None) -> str:
     return EXTENSIONS.get(fmt or "", "bin")
+
+
+def store_relpath(sha256: str, fmt: str | None) -> str:
+    """Where an image lives in the content-addressed image store."""
+    return f"{sha256[:2]}/{sha256}.{extension(fmt)}"
+
+
+class ImageStore:
+    """Content-addressed image files (`{sha256[:2]}/{sha256}.{ext}`) that every release's exports
+    link from; writing the same content twice is a no-op, and a file appears whole or not at all."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def put(self, sha256: str, fmt: str | None, data: bytes) -> str:
+        rel = store_relpath(sha256, fmt)
+        target = self.root / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        return rel

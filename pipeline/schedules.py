@@ -11,14 +11,34 @@ Off until asked (`REWARDHOUSE_SCHEDULES_ON=1`, or the toggle in the UI): a fresh
 
 from __future__ import annotations
 
+import importlib
 
 import dagster as dg
 
-from pipeline import env
-from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
+from pipeline import datasets, env
 
 REFRESH_JOB = "refresh"  # defined in pipeline/definitions.py; referenced by name to avoid an import cycle
 DEFAULT_NIGHTLY_CRON = "0 2 * * *"
+
+
+def all_partitions_tags() -> dict[str, str]:
+    """Tags of a run over every partition (`rewardhouse run`, the nightly schedule, the upstream
+    sensor): one run, and one step for the whole range, as the partitioned assets' backfill policy
+    is single-run. The partitions are those the datasets' assets declare (each DatasetSpec names its
+    assets module), so a dataset that splits its work brings them itself. One range spans one
+    partitions definition: every partitioned asset shares it, or a run could not cover them all."""
+    modules = [importlib.import_module(d.assets) for d in datasets.DATASETS]
+    found = []
+    for asset in dg.load_assets_from_modules(modules):
+        if isinstance(asset, dg.AssetsDefinition) and asset.partitions_def is not None and asset.partitions_def not in found:
+            found.append(asset.partitions_def)
+    if not found:
+        return {}
+    if len(found) > 1:
+        raise ValueError(f"the partitioned assets use {len(found)} partitions definitions; one run over every "
+                         "partition needs them to share one")
+    keys = found[0].get_partition_keys()
+    return {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
 
 
 def automation_on() -> bool:
@@ -40,7 +60,7 @@ def nightly_schedule() -> dg.ScheduleDefinition:
     )
     def nightly_refresh(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         # Every partition of the partitioned assets, in one run (the partition range tags).
-        return dg.RunRequest(tags={"rewardhouse/trigger": "nightly", **ALL_PARTITIONS_TAGS})
+        return dg.RunRequest(tags={"rewardhouse/trigger": "nightly", **all_partitions_tags()})
 
     return nightly_refresh
 

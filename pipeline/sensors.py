@@ -23,9 +23,8 @@ import dagster as dg
 
 from pipeline import env
 from pipeline.resources import RewardhouseResource
-from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
 from pipeline.runs import reap_dead_runs
-from pipeline.schedules import REFRESH_JOB, automation_on
+from pipeline.schedules import REFRESH_JOB, all_partitions_tags, automation_on
 from pipeline.upstream import PIN_FIELDS, content_digest, errors, revisions_digest, upstream_revisions
 
 DEFAULT_POLL_SECONDS = 3600
@@ -115,7 +114,7 @@ def upstream_change_sensor(context: dg.SensorEvaluationContext, rewardhouse: Rew
     return dg.RunRequest(
         run_key=revisions_digest(heads),
         run_config=run_config,
-        tags={"rewardhouse/trigger": "upstream-change", **ALL_PARTITIONS_TAGS},
+        tags={"rewardhouse/trigger": "upstream-change", **all_partitions_tags()},
     )
 
 

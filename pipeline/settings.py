@@ -95,6 +95,9 @@ class QualitySettings:
     positive_rate: tuple[float, float] = (0.75, 0.97)  # overall share of "+" steps
     source_positive_rate: tuple[float, float] = (0.5, 1.0)  # per source with enough samples
     min_source_samples: int = 20
+    # A preference set's records by their own source (RLAIF-V's ds_name): none may hold more than
+    # this share (a shard of one source only is a broken download, not the set).
+    max_source_share: float = 0.95
     drift_psi: float = 0.25  # population stability index above this is drift
     drift_row_change: float = 0.5  # |rows - previous| / previous above this is drift
     drift_severity: str = "WARN"
@@ -194,24 +197,6 @@ class Settings:
     def kept_leaks(self) -> tuple[str, ...]:
         """The leak classes the training export keeps."""
         return LEAK_CLASSES if self.export_keep_contaminated else tuple(self.export_keep_leaks)
-
-    def text_match(self):
-        """The text-matching settings (pipeline/decontam/text.py), the module's defaults where unset."""
-        from pipeline.decontam.text import TextMatchSettings
-
-        given = {"ngram": self.text_ngram, "min_overlap": self.text_min_overlap, "stock_records": self.text_stock_records,
-                 "sibling_margin": self.text_sibling_margin}
-        return TextMatchSettings(**{k: v for k, v in given.items() if v is not None})
-
-    def load_overrides(self):
-        from pipeline.review.overrides import load
-
-        return load(self.overrides)
-
-    def image_executor(self):
-        from pipeline.dedupe.executor import Executor
-
-        return Executor(self.executor, self.ray_address, self.workers)
 
     def hf_revision(self, repo: str) -> str | None:
         return self.hf_revisions.get(repo)

@@ -1,7 +1,11 @@
 """Contracts of the tables every dataset shares: image hashes, dedupe decisions, quarantine.
-Their value sets (dataset names, quarantine stages) come from the registry."""
+Their value sets (dataset names, eval and train sets, quarantine stages) are the registry's, handed
+in by its `table_contracts`: generic code does not read the registry. Until pipeline/datasets.py
+passes them, `contracts` reads them itself, the one import circle left (registry <-> here)."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from pipeline.contract import (
     BOOL, FLOAT, INT, INT64, STRING, TableContract, between, in_set, not_null, null, sha256, unique, where,
@@ -17,10 +21,10 @@ HASH_BITS = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def contracts(q: QualitySettings) -> dict[str, TableContract]:
-    from pipeline import datasets
-
-    names = datasets.names()
+def contracts(q: QualitySettings, names: Sequence[str], eval_sets: Sequence[str], train_sets: Sequence[str],
+              stages: Sequence[str]) -> dict[str, TableContract]:
+    """The shared tables' contracts for the datasets `names`, of which `eval_sets` and `train_sets`,
+    refusing with the quarantine `stages` (the registry hands them in: pipeline/datasets.py)."""
     hashes = TableContract("image_hashes", {
         "dataset": STRING, "image_key": STRING, "sha256": STRING, "phash": INT64, "dhash": INT64,
         "width": INT, "height": INT, "bytes": INT,
@@ -57,8 +61,8 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
     }, (
         *not_null("train_dataset", "train_image_key", "eval_dataset", "eval_image_key", "distance", "kind", "score"),
         *unique("train_dataset", "train_image_key", "eval_dataset", "eval_image_key"),
-        *in_set("train_dataset", datasets.train_sets()),
-        *in_set("eval_dataset", datasets.eval_sets()),
+        *in_set("train_dataset", train_sets),
+        *in_set("eval_dataset", eval_sets),
         *between("distance", 0, HASH_BITS),
         *in_set("kind", DEDUPE_KINDS),
         *between("score", -1.0, 1.0),
@@ -88,7 +92,7 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
     }, (
         *not_null("dataset", "stage", "record_key", "reason"),
         *in_set("dataset", names),
-        *in_set("stage", datasets.quarantine_stages()),
+        *in_set("stage", stages),
     ), description="every refused record, image or file, with its stage and reason")
     text_leak, image_leak = where("leak", "text"), where("leak", "image")
     records = TableContract("record_contamination", {
@@ -98,8 +102,8 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
     }, (
         *not_null("train_dataset", "train_key", "eval_dataset", "eval_key", "leak"),
         *unique("train_dataset", "train_key", "eval_dataset", "eval_key"),
-        *in_set("train_dataset", datasets.train_sets()),
-        *in_set("eval_dataset", datasets.eval_sets()),
+        *in_set("train_dataset", train_sets),
+        *in_set("eval_dataset", eval_sets),
         *in_set("leak", LEAK_CLASSES),
         *in_set("image_kind", DEDUPE_KINDS),
         *between("text_overlap", 0.0, 1.0),
@@ -115,8 +119,8 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
     }, (
         *not_null("dataset_a", "key_a", "dataset_b", "key_b", "leak"),
         *unique("dataset_a", "key_a", "dataset_b", "key_b"),
-        *in_set("dataset_a", datasets.eval_sets()),
-        *in_set("dataset_b", datasets.eval_sets()),
+        *in_set("dataset_a", eval_sets),
+        *in_set("dataset_b", eval_sets),
         *in_set("leak", LEAK_CLASSES),
         *between("text_overlap", 0.0, 1.0),
     ), description="the same item in two eval sets (by text, image or both): reported, never removed")

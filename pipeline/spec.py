@@ -15,7 +15,7 @@ reading the registry stays cheap.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from pipeline.contract import TableContract
@@ -62,6 +62,10 @@ class DatasetSpec:
     image_stages: tuple[str, ...]  # quarantine stages that refuse images
     fetch: str  # "module:function(settings, layout, log) -> RawSnapshot | None"
     sample: str  # "module:function(root)": writes the embedded sample in the upstream layout
+    # "module:function(root) -> {table: pa.Table}": the record tables its parser makes of the
+    # embedded sample (written under root), record contract enforced. Tests take their cases from
+    # it (every record-level rule of every contract is broken once on these rows).
+    sample_records: str
     assets: str  # the module of its Dagster assets
     raw_asset: str  # the asset whose value is its RawSnapshot (as a dict) or None
     staged_assets: tuple[str, ...]  # assets whose `tables` go into the release
@@ -76,7 +80,6 @@ class DatasetSpec:
     gate: tuple[GateRule, ...] = ()
     drift: tuple[tuple[str, str], ...] = ()
     integrity: tuple[tuple[str, str], ...] = ()  # referential rules: (name, SQL returning offenders)
-    sample_ok_images: str = "status = 'ok'"  # which image_table rows count as kept images
     # The review page (pipeline/review): "module:function" reading chosen images' bytes, and SQL over
     # the release's tables giving (image_key, record, in_export) for the records that use an image.
     review_images: str | None = None
@@ -89,7 +92,6 @@ class DatasetSpec:
     record_text: str | None = None
     record_images: str | None = None
     description: str = ""
-    notes: dict = field(default_factory=dict)
 
     def tables(self, quality: QualitySettings = QualitySettings()) -> dict[str, TableContract]:
         return self.contracts(quality)

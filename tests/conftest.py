@@ -40,9 +40,9 @@ TASKS = ("t2i", "edit", "interleaved", "reasoning")
 def _compiled_kernels():
     """The verification's compiled loops are built (or loaded from their cache) once, before any
     test: on a new checkout that takes a minute, which no timed test should pay."""
-    from pipeline.dedupe import kernels
+    from pipeline.dedupe import verify
 
-    kernels.warm()
+    verify.warm()
 
 
 @pytest.fixture(autouse=True)
@@ -188,7 +188,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def serve_samples(hub, upstream: Path, monkeypatch) -> dict[str, str]:
-    """The three datasets' samples on a loopback Hub (and the MMRB2 annotations on its GitHub-raw
+    """Every dataset's sample on a loopback Hub (and the MMRB2 annotations on its GitHub-raw
     stand-in), as `--source hf` reads them; the commit of each Hub repo."""
     from pipeline.mmrb2.sample import write_sample
     from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
@@ -203,18 +203,30 @@ def serve_samples(hub, upstream: Path, monkeypatch) -> dict[str, str]:
     write_visualprm_sample(upstream)
     commits[VISUALPRM_REPO] = hub.add_dataset_commit(VISUALPRM_REPO, {
         "README.md": b"# VisualPRM400K\n", PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: (upstream / PARQUET_RELPATH).read_bytes()})
-    commits["vlrb"] = serve_vlrb(hub, upstream)
+    commits.update(serve_hub_datasets(hub, upstream))
     return commits
 
 
-def serve_vlrb(hub, upstream: Path) -> str:
-    """Put the VL-RewardBench sample on a loopback Hub as MMInstruction/VL-RewardBench; its commit."""
-    from pipeline.vlrb.sample import RELPATH, write_vlrb_sample
-    from pipeline.vlrb.source import REPO
+HANDLED_APART = ("mmrb2", "visualprm")  # served by serve_samples itself (a GitHub stand-in, a README of their own)
 
-    write_vlrb_sample(upstream)
-    return hub.add_dataset_commit(REPO, {"README.md": b"# VL-RewardBench\n", RELPATH[len(REPO) + 1:]: (upstream / RELPATH).read_bytes()})
 
+def serve_hub_datasets(hub, upstream: Path) -> dict[str, str]:
+    """Every other registry dataset whose upstream is the Hub only (VL-RewardBench, RLAIF-V, and
+    whatever is added next): its sample written under `upstream` and its files put on the loopback
+    Hub as the repo's main commit; the commit per dataset name."""
+    from pipeline import datasets
+    from pipeline.spec import load
+
+    commits = {}
+    for spec in datasets.DATASETS:
+        if spec.name in HANDLED_APART or not spec.upstream or any(u.kind != "hf" for u in spec.upstream):
+            continue
+        load(spec.sample)(upstream)
+        for up in spec.upstream:
+            folder = upstream / up.repo
+            files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+            commits[spec.name] = hub.add_dataset_commit(up.repo, {"README.md": f"# {spec.title}\n".encode(), **files})
+    return commits
 
 
 # ---- skips are never silent ---------------------------------------------------------------------

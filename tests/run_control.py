@@ -19,13 +19,17 @@ from pathlib import Path
 CLI = Path(sys.executable).with_name("rewardhouse")
 # The steps of the `refresh` job, in the order one in-process run executes them (the kill test
 # checks this list against the steps a real run starts, so a dataset added later is not missed).
-STEPS = (
-    "mmrb2_raw", "visualprm_raw", "vlrb_raw", "mmrb2_annotations", "mmrb2_annotations_mmrb2_pairs_well_formed",
-    "visualprm_samples", "vlrb_pairs", "visualprm_images",
-    "mmrb2_task_images", "mmrb2_images", "image_hashes", "image_dedupe", "record_contamination", "visualprm_export",
-    "release_candidate",
-    "release_gx_suites", "release_rules", "dedupe_review", "warehouse_release",
-)
+def _job_steps() -> tuple[str, ...]:
+    """The steps of the job `rewardhouse run` executes, in its plan's order (every dataset of the
+    registry brings its own)."""
+    from dagster._core.execution.api import create_execution_plan
+
+    from pipeline.definitions import defs
+
+    return tuple(create_execution_plan(defs.resolve_job_def("refresh")).step_keys_to_execute)
+
+
+STEPS = _job_steps()
 
 
 def env_for(home: Path) -> dict:

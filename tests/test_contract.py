@@ -16,17 +16,8 @@ import pytest
 
 from pipeline import datasets
 from pipeline.contract import Rule, TableContract, enforce, where
-from pipeline.mmrb2.parse import parse_mmrb2
-from pipeline.mmrb2.sample import write_sample
-from pipeline.settings import QualitySettings, ZipLimits
-from pipeline.sources.base import ChecksumCache
-from pipeline.mmrb2.source import snapshot_from_layout
-from pipeline.visualprm.parse import parse_prm
-from pipeline.visualprm.readers import connect, load_parquet_input
-from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
-from pipeline.vlrb.parse import parse_vlrb
-from pipeline.vlrb.sample import RELPATH as VLRB_RELPATH
-from pipeline.vlrb.sample import write_vlrb_sample
+from pipeline.settings import QualitySettings
+from pipeline.spec import load
 
 QUALITY = QualitySettings()
 CONTRACTS = datasets.table_contracts(QUALITY)
@@ -35,20 +26,8 @@ CONTRACTS = datasets.table_contracts(QUALITY)
 @lru_cache(maxsize=1)
 def parsed_samples(root: str = "/tmp/rewardhouse-contract-samples") -> dict[str, dict[str, pa.Table]]:
     """Each dataset's record tables as its parser leaves them, from the embedded samples (already
-    enforced: the samples' planted bad records are gone)."""
-    base = Path(root)
-    write_sample(base)
-    write_visualprm_sample(base)
-    write_vlrb_sample(base)
-    snap = snapshot_from_layout(base, "sample", ChecksumCache(base / "checksums.json"))
-    mmrb2 = enforce("mmrb2", parse_mmrb2(snap.annotations(), snap.path("new_task_release")).tables(), CONTRACTS).tables
-    con = connect()
-    load_parquet_input(con, [base / PARQUET_RELPATH])
-    prm = parse_prm(con)
-    prm.pop("quarantine")
-    prm = enforce("visualprm", prm, CONTRACTS).tables
-    vlrb = parse_vlrb([base / VLRB_RELPATH], ZipLimits(), QUALITY).tables()
-    return {"mmrb2": mmrb2, "visualprm": prm, "vlrb": {"vlrb_pairs": vlrb["vlrb_pairs"]}}
+    enforced: the samples' planted bad records are gone), as each DatasetSpec.sample_records makes them."""
+    return {spec.name: load(spec.sample_records)(Path(root) / spec.name) for spec in datasets.DATASETS}
 
 
 def record_cases() -> list[tuple[str, str, Rule]]:
@@ -72,6 +51,8 @@ def _breaking_value(rule: Rule, table: pa.Table, row: int):
     if rule.kind == "null":
         return 1 if pa.types.is_integer(column.type) else "set"
     if rule.kind == "in_set":
+        if pa.types.is_boolean(column.type):  # a flag held to one value: the other
+            return next(v for v in (True, False) if v not in rule.values)
         return "__not_in_the_set__"
     if rule.kind == "between":
         return rule.hi + 1 if rule.hi is not None else rule.lo - 1

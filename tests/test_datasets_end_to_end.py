@@ -1,4 +1,4 @@
-"""Three datasets through the registry, end to end with the CLI: the embedded sample publishes all
+"""The datasets of the registry, end to end with the CLI: the embedded sample publishes all
 of them; a local mirror with any subset works; a bad record is quarantined and the rest
 publishes; a whole upstream file that cannot be used blocks the release, named in the last lines."""
 
@@ -12,14 +12,16 @@ import polars as pl
 import pytest
 
 from conftest import published_home
+from pipeline import datasets
 from pipeline.cli import main
 from pipeline.mmrb2.sample import write_sample
-from pipeline.mmrb2.source import ANNOTATION_DIR, IMAGE_DIR
-from pipeline.visualprm.sample import write_visualprm_sample
+from pipeline.mmrb2.layout import ANNOTATION_DIR, IMAGE_DIR
+from pipeline.rlaifv import sample as rlaifv_sample
+from pipeline.spec import load as load_ref
 from pipeline.vlrb import sample as vlrb_sample
 from warehouse import load
 
-WRITERS = {"mmrb2": write_sample, "visualprm": write_visualprm_sample, "vlrb": vlrb_sample.write_vlrb_sample}
+WRITERS = {d.name: load_ref(d.sample) for d in datasets.DATASETS}  # each writes its sample in the upstream layout
 
 
 def q(home, sql):
@@ -33,35 +35,42 @@ def sample_home(tmp_path_factory):
         yield home
 
 
-def test_the_sample_publishes_all_three_datasets(sample_home, capsys, monkeypatch):
+def test_the_sample_publishes_every_dataset_of_the_registry(sample_home, capsys, monkeypatch):
+    counts = {d.name: q(sample_home, f"select count(*) from {d.record_table}")[0][0] for d in datasets.DATASETS}
+    assert all(counts.values()), counts
+    manifest = json.loads(next((sample_home / "releases").glob("*/manifest.json")).read_text())
+    assert set(manifest["sources"]) == set(datasets.names())
+    assert set(manifest["summary"]["exports"]) == {d.name for d in datasets.DATASETS if d.export_asset}
+    monkeypatch.setenv("REWARDHOUSE_HOME", str(sample_home))
+    assert main(["releases"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("; ".join(f"{d.name}: {counts[d.name]} {d.record_noun}" for d in datasets.DATASETS))
+
+
+def test_the_vlrb_sample_publishes_its_planted_facts(sample_home):
     # The VL-RewardBench sample: 101 rows, 5 quarantined (4 break the record contract, 1 repeats an id).
     assert q(sample_home, "select count(*) from vlrb_pairs") == [(96,)]
     assert q(sample_home, "select chosen, count(*) from vlrb_pairs group by 1 order by 1") == [("A", 50), ("B", 46)]
     assert q(sample_home, "select count(*), count(*) filter (where status = 'corrupt') from vlrb_images") == [(98, 1)]
     assert q(sample_home, "select count(*) from image_hashes where dataset = 'vlrb'") == [(97,)]
-    rows = q(sample_home, "select eval_dataset, train_image_key from contamination order by 1")
+    rows = q(sample_home, "select eval_dataset, train_image_key from contamination where train_dataset = 'visualprm' order by 1")
     assert [r[0] for r in rows] == ["mmrb2", "vlrb"] and rows[1][1] == "ai2d/abc_images/2524.png"
     quarantined = {k for (k,) in q(sample_home, "select record_key from quarantine where dataset = 'vlrb' and stage = 'parse'")}
     assert quarantined == {"VLRB_0003", "VLRB_0009", "VLRB_0014", "VLRB_0017", "VLRB_0024"}
     manifest = json.loads(next((sample_home / "releases").glob("*/manifest.json")).read_text())
     removed = manifest["summary"]["export"]["removed"]
     assert set(removed["contaminated_by"]) == {"mmrb2", "vlrb"} and removed["contaminated_by"]["vlrb"] >= 1
-    assert set(manifest["sources"]) == {"mmrb2", "visualprm", "vlrb"}
     # The export leaves out the samples over the VL-RewardBench copy, and those whose question it copies.
     leaked = q(sample_home, """select count(*) from prm_samples where list_contains(image_refs, 'ai2d/abc_images/2524.png')
                                 and is_contaminated and not in_export""")
     (text_copies,) = vlrb_sample.facts().text_leak.values()
     assert leaked[0][0] + len(text_copies) == removed["contaminated_by"]["vlrb"]
-    monkeypatch.setenv("REWARDHOUSE_HOME", str(sample_home))
-    assert main(["releases"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.endswith("mmrb2: 29 pairs; visualprm: 236 samples; vlrb: 96 pairs")
 
 
 def test_the_planted_question_copies_are_text_and_full_leaks_left_out_of_the_export(sample_home):
     facts = vlrb_sample.facts()
     rows = q(sample_home, """select train_key, eval_key, leak, text_overlap, image_kind from record_contamination
-                             where eval_dataset = 'vlrb' order by 2, 1""")
+                             where eval_dataset = 'vlrb' and train_dataset = 'visualprm' order by 2, 1""")
     by_eval = {}
     for train, ev, leak, overlap, kind in rows:
         by_eval.setdefault(ev, {})[train] = (leak, overlap, kind)
@@ -98,21 +107,39 @@ def test_consumers_load_a_table_as_a_polars_lazyframe(sample_home):
         load("vlrb_pairs", release="feedbeef", home=sample_home)
 
 
-@pytest.mark.parametrize("present", [("vlrb",), ("mmrb2", "visualprm"), ("visualprm", "vlrb")], ids="+".join)
+def test_the_rlaifv_copy_of_a_vlrb_picture_is_an_image_leak_left_out_of_its_export(sample_home):
+    """The textbook leak: a VL-RewardBench picture taken from RLAIF-V's training pairs. The sample
+    plants one (scaled by 1.08, re-encoded): found as contamination, left out of both of RLAIF-V's
+    export files, and counted in the manifest."""
+    eval_pair, train_pair = rlaifv_sample.facts().contaminated
+    leaks = q(sample_home, """select train_key, eval_key, leak from record_contamination
+                              where train_dataset = 'rlaifv' and eval_dataset = 'vlrb'""")
+    assert (train_pair, eval_pair, "image") in leaks
+    (in_export, reason), = q(sample_home, f"select in_export, excluded_reason from rlaifv_pairs where pair_id = '{train_pair}'")
+    assert not in_export and reason == f"image leak of vlrb:{eval_pair}"
+    folder = next((sample_home / "releases").glob("*/manifest.json")).parent
+    exported = [json.loads(line)["id"] for line in (folder / "exports" / "rlaifv_train.jsonl").read_text().splitlines()]
+    assert train_pair not in exported
+    assert exported == [k for (k,) in q(sample_home, "select pair_id from rlaifv_pairs where in_export order by row_in_file")] \
+        or sorted(exported) == sorted(k for (k,) in q(sample_home, "select pair_id from rlaifv_pairs where in_export"))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["summary"]["exports"]["rlaifv"]["removed"]["leaks"]["image"]["vlrb"] >= 1
+
+
+@pytest.mark.parametrize("present", [("vlrb",), ("mmrb2", "visualprm"), ("rlaifv", "vlrb")], ids="+".join)
 def test_a_local_mirror_with_any_subset_publishes(present, tmp_path, home, capsys):
     mirror = tmp_path / "mirror"
     for name in present:
         WRITERS[name](mirror)
     assert main(["run", "--source", "local", "--path", str(mirror)]) == 0
-    counts = dict(q(home, """select 'mmrb2', count(*) from mmrb2_pairs union all select 'visualprm', count(*) from prm_samples
-                             union all select 'vlrb', count(*) from vlrb_pairs"""))
+    counts = {d.name: q(home, f"select count(*) from {d.record_table}")[0][0] for d in datasets.DATASETS}
     assert {k for k, n in counts.items() if n} == set(present)
     sources = json.loads(q(home, "select sources from releases")[0][0])
     assert {k for k, v in sources.items() if not v.get("absent")} == set(present)
     capsys.readouterr()
     assert main(["releases"]) == 0
     line = capsys.readouterr().out.splitlines()[0]
-    for name in {"mmrb2", "visualprm", "vlrb"} - set(present):
+    for name in set(datasets.names()) - set(present):
         assert f"{name}: absent" in line
 
 

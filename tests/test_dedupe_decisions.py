@@ -10,6 +10,8 @@ from pipeline.dedupe.decisions import SIGNATURE_SCHEMA, find_duplicates, mark_sa
 
 from tests.dedupe_images import bar_chart, crop, encode, half, photo, signatures
 
+ROLES = {"eval_sets": ("mmrb2", "vlrb"), "train_sets": ("visualprm",)}  # as the pipeline passes the registry's
+
 
 def test_clusters_span_datasets_and_contamination_lists_train_eval_pairs():
     original = photo(1)
@@ -22,7 +24,7 @@ def test_clusters_span_datasets_and_contamination_lists_train_eval_pairs():
                     "train/other.png": encode(photo(2)), "train/chart.png": encode(bar_chart([0.2, 0.9, 0.5]))},
                    "visualprm"),
     ]).cast(SIGNATURE_SCHEMA)
-    clusters, contamination, result = find_duplicates(table, max_distance=8)
+    clusters, contamination, result = find_duplicates(table, max_distance=8, **ROLES)
     rows = {r["image_key"]: r for r in clusters.to_pylist()}
     assert set(rows) == {"eval.jpg", "train/copy.jpg", "train/exact.jpg", "train/crop.png"}
     assert len({r["cluster_id"] for r in rows.values()}) == 1
@@ -39,7 +41,7 @@ def test_clusters_span_datasets_and_contamination_lists_train_eval_pairs():
 def test_identical_bytes_across_datasets_are_exact_contamination():
     data = encode(photo(3), "JPEG", 90)
     table = pa.concat_tables([signatures({"e.jpg": data}, "mmrb2"), signatures({"t.jpg": data}, "visualprm")])
-    clusters, contamination, _ = find_duplicates(table, max_distance=8)
+    clusters, contamination, _ = find_duplicates(table, max_distance=8, **ROLES)
     assert contamination.to_pylist() == [
         {"train_dataset": "visualprm", "train_image_key": "t.jpg", "eval_dataset": "mmrb2", "eval_image_key": "e.jpg",
          "distance": 0, "kind": "exact", "score": 1.0}]
@@ -52,7 +54,7 @@ def test_every_eval_set_is_checked_against_every_train_set():
     shared, other = encode(photo(3), "JPEG", 90), encode(photo(11), "JPEG", 90)
     table = pa.concat_tables([signatures({"e.jpg": shared}, "mmrb2"), signatures({"sha256:v": shared, "x": other}, "vlrb"),
                               signatures({"t.jpg": shared}, "visualprm")])
-    _, contamination, _ = find_duplicates(table, max_distance=8)
+    _, contamination, _ = find_duplicates(table, max_distance=8, **ROLES)
     assert [(r["train_dataset"], r["train_image_key"], r["eval_dataset"], r["eval_image_key"], r["kind"])
             for r in contamination.to_pylist()] == [
         ("visualprm", "t.jpg", "mmrb2", "e.jpg", "exact"), ("visualprm", "t.jpg", "vlrb", "sha256:v", "exact")]

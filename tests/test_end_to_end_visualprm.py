@@ -134,11 +134,11 @@ def test_export_files_are_internvl_shaped_and_round_trip(release):
 def test_samples_with_unloadable_images_are_left_out_of_the_export_with_a_reason(release):
     root, _ = release
     exported = q(root, "select count(*) from prm_samples where in_export")[0][0]
-    unloadable = q(root, "select count(*) from quarantine where stage = 'export'")[0][0]
+    unloadable = q(root, "select count(*) from quarantine where stage = 'export' and dataset = 'visualprm'")[0][0]
     assert q(root, "select count(*) from prm_samples where not in_export and not is_duplicate and not is_contaminated") == [(unloadable,)]
     _, rel = release
     assert len((rel / "exports" / "visualprm_train.jsonl").read_text().splitlines()) == exported
-    reasons = [r for (r,) in q(root, "select reason from quarantine where stage = 'export'")]
+    reasons = [r for (r,) in q(root, "select reason from quarantine where stage = 'export' and dataset = 'visualprm'")]
     unresolved = "is unresolved (not embedded, and no image root was given (--images))"
     assert len(reasons) == 146  # 141 samples over 36 path images the sample does not embed, 5 over one corrupt image
     assert sum(r == "image MathV360K/data_images/00958.jpg is corrupt" for r in reasons) == 5

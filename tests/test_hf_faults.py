@@ -17,14 +17,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import serve_vlrb
+from conftest import serve_hub_datasets
 from hf_server import FakeHub
 
 from pipeline.cli import main
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, MMRB2_TASKS, VISUALPRM_REPO
 from pipeline.sources.base import ChecksumCache, SourceError
-from pipeline.sources.hf import DOWNLOAD_ATTEMPTS, fetch_hf
+from pipeline.sources.hf import DOWNLOAD_ATTEMPTS
 from pipeline.mmrb2.sample import write_sample
+from pipeline.mmrb2.source import fetch_mmrb2_hf
 from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def raw_root(tmp_path) -> Path:
 
 def fetch(hub: FakeHub, raw_root: Path, **kwargs):
     cache = ChecksumCache(raw_root.parent / "checksums.json")
-    return fetch_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url, **kwargs)
+    return fetch_mmrb2_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url, **kwargs)
 
 
 def zip_gets(hub: FakeHub) -> list[tuple[int, str | None]]:
@@ -76,9 +77,9 @@ _CHILD = """
 import sys
 from pathlib import Path
 from pipeline.sources.base import ChecksumCache
-from pipeline.sources.hf import fetch_hf
+from pipeline.mmrb2.source import fetch_mmrb2_hf
 raw, url = Path(sys.argv[1]), sys.argv[2]
-fetch_hf(raw, ChecksumCache(raw.parent / "checksums.json"), hf_endpoint=url, github_raw_base=url)
+fetch_mmrb2_hf(raw, ChecksumCache(raw.parent / "checksums.json"), hf_endpoint=url, github_raw_base=url)
 """
 
 
@@ -169,7 +170,7 @@ def test_cli_run_on_damaged_bytes_fails_in_one_line_and_keeps_the_release(hub, h
     hub.add_raw_files(MMRB2_ANNOTATION_REPO, MMRB2_ANNOTATION_COMMIT,
                       {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
     hub.add_dataset_commit(VISUALPRM_REPO, {PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]: (upstream / PARQUET_RELPATH).read_bytes()})
-    serve_vlrb(hub, upstream)
+    serve_hub_datasets(hub, upstream)
     monkeypatch.setenv("REWARDHOUSE_GITHUB_RAW", hub.url)
     assert main(["run", "--source", "hf"]) == 0
     current = (home / "releases" / "CURRENT").read_text().strip()

@@ -20,7 +20,7 @@ from PIL import Image
 
 from conftest import published_home, stand_in_jpeg, tree_digests
 from pipeline.cli import main
-from pipeline.mmrb2.source import ANNOTATION_DIR, IMAGE_DIR
+from pipeline.mmrb2.layout import ANNOTATION_DIR, IMAGE_DIR
 from pipeline.mmrb2.sample import write_sample
 from pipeline.visualprm.source import PARQUET_DIR
 from pipeline.visualprm.sample import write_visualprm_sample

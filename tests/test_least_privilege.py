@@ -20,15 +20,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import serve_vlrb
+from conftest import serve_hub_datasets
 from hf_server import FakeHub
 
 from pipeline.cli import EXAMPLE_SQL, main
 from pipeline.datasets import table_contracts
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, VISUALPRM_REPO
 from pipeline.sources.base import ChecksumCache, SourceError
-from pipeline.sources.hf import fetch_hf
 from pipeline.mmrb2.sample import write_sample
+from pipeline.mmrb2.source import fetch_mmrb2_hf
 from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
 from warehouse.duck import connect_readonly
 
@@ -55,7 +55,7 @@ def token_run(tmp_path_factory):
                           {f"benchmark/{p.name}": p.read_bytes() for p in bench.glob("*.json")})
         shard = PARQUET_RELPATH[len(VISUALPRM_REPO) + 1:]
         hub.add_dataset_commit(VISUALPRM_REPO, {shard: (upstream / PARQUET_RELPATH).read_bytes()})
-        serve_vlrb(hub, upstream)
+        serve_hub_datasets(hub, upstream)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "REWARDHOUSE_", "HF_", "HUGGING"))}
         env.update(
             HF_TOKEN=SECRET, HF_ENDPOINT=hub.url, HF_HOME=str(work / "hf_home"), HF_HUB_DISABLE_XET="1",
@@ -148,7 +148,7 @@ def test_hf_token_is_not_sent_to_the_cdn_a_hub_file_redirects_to(hub, tmp_path):
     with FakeHub() as cdn:
         hub.serve_lfs_from(cdn)
 
-        snap = fetch_hf(tmp_path / "raw", ChecksumCache(tmp_path / "c.json"), hf_endpoint=hub.url,
+        snap = fetch_mmrb2_hf(tmp_path / "raw", ChecksumCache(tmp_path / "c.json"), hf_endpoint=hub.url,
                         github_raw_base=hub.url, token=SECRET)
 
         assert snap.image_zip.read_bytes() == zip_bytes
@@ -164,7 +164,7 @@ def test_a_rejected_token_is_not_echoed_in_the_error(hub, tmp_path):
     messages: list[str] = []
 
     with pytest.raises(SourceError) as err:
-        fetch_hf(tmp_path / "raw", ChecksumCache(tmp_path / "c.json"), hf_endpoint=hub.url, github_raw_base=hub.url,
+        fetch_mmrb2_hf(tmp_path / "raw", ChecksumCache(tmp_path / "c.json"), hf_endpoint=hub.url, github_raw_base=hub.url,
                  token=wrong, log=messages.append)
 
     assert "HF_TOKEN" in str(err.value)

@@ -15,7 +15,8 @@ from conftest import shared_mmrb2
 from pipeline.definitions import defs
 from pipeline.mmrb2.images import inventory_images
 from pipeline.mmrb2.parse import parse_mmrb2
-from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS, PARTITION_KEYS, images_by_task, owned_by_any
+from pipeline.mmrb2.tasks import PARTITION_KEYS, images_by_task, owned_by_any
+from pipeline.schedules import all_partitions_tags
 from pipeline.quarantine import quarantine_table
 from pipeline.settings import MMRB2_TASKS, ZipLimits
 from pipeline.mmrb2.sample import write_sample
@@ -108,7 +109,7 @@ def test_a_changed_task_redoes_only_its_partition_and_one_partition_publishes(tm
     write_sample(mirror)
     home = tmp_path / "home"
     with dg.DagsterInstance.ephemeral() as instance:
-        first = _run(instance, mirror, home, tags=ALL_PARTITIONS_TAGS)
+        first = _run(instance, mirror, home, tags=all_partitions_tags())
         assert first.success
         assert set(_task_mats(first)) == set(PARTITION_KEYS)
         assert not any(m["reused"] for m in _task_mats(first).values())
@@ -131,7 +132,7 @@ def test_a_changed_task_redoes_only_its_partition_and_one_partition_publishes(tm
         assert orphans == [(False,)]
 
         # Everything again: all four partitions are reused, nothing is recomputed or republished.
-        third = _run(instance, mirror, home, tags=ALL_PARTITIONS_TAGS)
+        third = _run(instance, mirror, home, tags=all_partitions_tags())
         assert third.success and all(m["reused"] for m in _task_mats(third).values())
         (release,) = third.asset_materializations_for_node("warehouse_release")
         assert release.metadata["published"].value is False

@@ -12,7 +12,7 @@ from pipeline.review import overrides as ov
 from pipeline.settings import TRANSFORM_VERSION
 from warehouse.store import ReleaseStore, release_id_for
 
-# The sample's two contamination rows, each a train image the sample plants as a copy of an eval image.
+# The sample's two VisualPRM contamination rows, each a train image the sample plants as a copy of an eval image.
 FIRST = "visualprm:ai2d/abc_images/2524.png"
 LATER = "visualprm:MathV360K/data_images/34505.jpg"
 AFTER_DEDUPE = dg.AssetSelection.assets("release_candidate", "dedupe_review", "warehouse_release")
@@ -28,7 +28,8 @@ def _release(root, release_id):
     manifest = ReleaseStore(root / "releases").manifest(release_id)
     with duckdb.connect(str(root / "warehouse.duckdb"), read_only=True) as con:
         schema = f"release_{release_id}"
-        leaks = sorted(r[0] for r in con.execute(f"select train_image_key from {schema}.contamination").fetchall())
+        leaks = sorted(r[0] for r in con.execute(
+            f"select train_image_key from {schema}.contamination where train_dataset = 'visualprm'").fetchall())
         applied = con.execute(f"select images, applied from {schema}.dedupe_overrides order by number").fetchall()
     return manifest, leaks, applied
 

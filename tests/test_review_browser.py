@@ -36,14 +36,19 @@ pytestmark = [
 
 VLRB_COPY = "vlrb:sha256:cbb2c5f62159606a4f200c87e8b0e7c0b9f20677c055a9eabb6a1ad58d0a0741"
 MMRB2_LEAKED = "mmrb2:muirbench_14_gpt-4.1_1662_GPT5_Gemini_SketchpadAgent_1660_0.jpg"
-# (train image, eval image): the VisualPRM pictures planted as copies of an eval image.
+# RLAIF-V's planted copy (pipeline/rlaifv/sample.py CONTAMINATED): its picture, and the VL-RewardBench one it copies.
+RLAIFV_COPY = ("rlaifv:sha256:f141e1d437ae97fe1b719a8c7fda69f4ed28e67f53dc6da2582c08feaab234f0",
+               "vlrb:sha256:4adaadc7a35ebac68d160a9212712a5e02dec75a23ec284ecbd96f71c3c4755d")
+# (train image, eval image): the training pictures planted as copies of an eval image.
 PLANTED_CONTAMINATION = {
     ("visualprm:MathV360K/data_images/34505.jpg", MMRB2_LEAKED),
     ("visualprm:ai2d/abc_images/2524.png", VLRB_COPY),
+    RLAIFV_COPY,
 }
 # Every planted duplicate pair (canonical, member), across the three datasets.
 PLANTED_CLUSTERS = {
     (VLRB_COPY, "visualprm:ai2d/abc_images/2524.png"),
+    RLAIFV_COPY,  # (canonical, member): the training picture is the larger one
     (MMRB2_LEAKED, "visualprm:MathV360K/data_images/34505.jpg"),
     ("mmrb2:interleavedeval__2747862600049231019_gpt-imagen-agent_6797_gpt-gemini-agent_797_1.jpg",
      "mmrb2:hq-edit_318_-2263586102388815385_gemini-2.5-flash_5508_flux-kontext_508_0.jpg"),
@@ -116,21 +121,30 @@ def test_review_page_shows_every_planted_decision_and_filters(home, capsys):
         for train, ev in PLANTED_CONTAMINATION:
             shown = dict(_loaded(page, f'.pair.contamination[data-train="{train}"]'))
             assert shown[train] > 0 and shown[ev] > 0, shown
-        # Every planted cluster: its canonical and member, both loaded.
-        clusters = page.eval_on_selector_all(
-            ".cluster", "els => els.map(e => [...e.querySelectorAll('[data-image]')].map(i => [i.dataset.image, i.naturalWidth || 0]))")
-        assert {tuple(i for i, _ in c) for c in clusters} == PLANTED_CLUSTERS
+        # Every planted cluster: its canonical and member, both loaded (ten a page: every page read).
+        clusters = []
+        while True:
+            page.wait_for_function("[...document.querySelectorAll('.cluster img')].every(i => i.complete)")
+            clusters += page.eval_on_selector_all(
+                ".cluster", "els => els.map(e => [...e.querySelectorAll('[data-image]')].map(i => [i.dataset.image, i.naturalWidth || 0]))")
+            following = page.locator("#clusters .pager button", has_text="next")
+            if following.is_disabled():
+                break
+            following.click()
+        assert {tuple(i for i, _ in c) for c in clusters} == PLANTED_CLUSTERS and len(clusters) == len(PLANTED_CLUSTERS)
         assert all(w > 0 for c in clusters for _, w in c)
+        while not page.locator("#clusters .pager button", has_text="previous").is_disabled():
+            page.locator("#clusters .pager button", has_text="previous").click()
         page.screenshot(path=str(home / "review.png"), full_page=True)
         assert (home / "review.png").stat().st_size > 10_000
 
-        # Filters: eval set vlrb leaves the one VL-RewardBench pair and names it in the sql.
+        # Filters: eval set vlrb leaves the two VL-RewardBench pairs and names it in the sql.
         page.select_option("#f-eval", "vlrb")
         cards = page.eval_on_selector_all(".pair.contamination", "els => els.map(e => e.dataset.eval)")
-        assert cards == [VLRB_COPY]
+        assert sorted(cards) == sorted([VLRB_COPY, RLAIFV_COPY[1]])
         assert page.inner_text("#contamination .sql").endswith(
             "where eval_dataset = 'vlrb' order by score desc\"")
-        assert page.eval_on_selector_all(".cluster", "els => els.length") == 1
+        assert page.eval_on_selector_all(".cluster", "els => els.length") == 2
         # Rule crop (with every eval set again): the two planted crops.
         page.select_option("#f-eval", "")
         page.select_option("#f-rule", "crop")
@@ -147,7 +161,7 @@ def test_review_page_shows_every_planted_decision_and_filters(home, capsys):
 
     # The sql command the page shows lists the same rows.
     con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
-    rows = con.execute(f"select train_image_key from release_{_current(home)}.contamination where eval_dataset = 'vlrb'").fetchall()
+    rows = con.execute(f"select train_image_key from release_{_current(home)}.contamination where eval_dataset = 'vlrb' and train_dataset = 'visualprm'").fetchall()
     con.close()
     assert rows == [("ai2d/abc_images/2524.png",)]
 
@@ -155,7 +169,7 @@ def test_review_page_shows_every_planted_decision_and_filters(home, capsys):
 def test_a_not_leak_override_puts_the_samples_back_and_is_listed(home, capsys):
     before = _current(home)
     con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
-    assert con.execute("select count(*) from contamination").fetchone() == (2,)
+    assert con.execute("select count(*) from contamination").fetchone() == (len(PLANTED_CONTAMINATION),)
     assert con.execute("select list(in_export order by sample_id) from prm_samples where sample_id like 'ai2d_00043_%'"
                        ).fetchone() == ([False, False, False],)
     con.close()
@@ -169,7 +183,7 @@ def test_a_not_leak_override_puts_the_samples_back_and_is_listed(home, capsys):
     assert after != before  # the decision is part of the release id
     assert f"review the dedupe and contamination decisions: {home / 'releases' / after / 'review' / 'index.html'}" in out
     con = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
-    assert con.execute("select train_image_key, eval_dataset from contamination").fetchall() == [
+    assert con.execute("select train_image_key, eval_dataset from contamination where train_dataset = 'visualprm'").fetchall() == [
         ("MathV360K/data_images/34505.jpg", "mmrb2")]
     # The picture is no leak any more, but the eval pair also copies their question: the samples
     # stay out, now for the text alone (their full leak became a text leak).
@@ -189,7 +203,7 @@ def test_a_not_leak_override_puts_the_samples_back_and_is_listed(home, capsys):
         rows = page.eval_on_selector_all("#overrides tr.override", "els => els.map(e => e.innerText)")
         assert len(rows) == 1 and "not_leak" in rows[0] and "applied: removed 1 contamination row" in rows[0]
         cards = page.eval_on_selector_all(".pair.contamination", "els => els.map(e => e.dataset.train)")
-        assert cards == ["visualprm:MathV360K/data_images/34505.jpg"]
+        assert sorted(cards) == sorted(["visualprm:MathV360K/data_images/34505.jpg", RLAIFV_COPY[0]])
         assert refused == [] and errors == []
 
 

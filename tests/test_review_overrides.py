@@ -14,6 +14,8 @@ from tests.dedupe_images import bar_chart, crop, encode, half, photo, signatures
 
 pytestmark = pytest.mark.fast
 
+ROLES = {"eval_sets": ("mmrb2",), "train_sets": ("visualprm",)}  # as the pipeline passes the registry's
+
 
 def _table():
     original = photo(11)
@@ -30,7 +32,7 @@ def _write(path, decisions):
 
 
 def test_without_overrides_the_copies_cluster_with_the_eval_image():
-    clusters, contamination, result = find_duplicates(_table(), 8)
+    clusters, contamination, result = find_duplicates(_table(), 8, **ROLES)
     assert {r["image_key"]: r["kind"] for r in clusters.to_pylist()} == {"eval.jpg": None, "copy.jpg": "near", "crop.png": "crop"}
     assert sorted(contamination["train_image_key"].to_pylist()) == ["copy.jpg", "crop.png"]
     assert result.applied.num_rows == 0
@@ -39,7 +41,7 @@ def test_without_overrides_the_copies_cluster_with_the_eval_image():
 def test_not_duplicates_splits_an_accepted_pair_and_its_contamination(tmp_path):
     o = _write(tmp_path / "o.json", [{"decision": "not_duplicates", "images": ["visualprm:crop.png", "mmrb2:eval.jpg"],
                                       "reason": "different crop, different figure"}])
-    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    clusters, contamination, result = find_duplicates(_table(), 8, **ROLES, overrides=o)
     assert {r["image_key"]: r["kind"] for r in clusters.to_pylist()} == {"eval.jpg": None, "copy.jpg": "near"}
     assert contamination["train_image_key"].to_pylist() == ["copy.jpg"]
     (row,) = result.applied.to_pylist()
@@ -53,7 +55,7 @@ def test_not_duplicates_holds_when_both_are_copies_of_the_canonical(tmp_path):
     reviewer, they do not end in one cluster through it; the one that ranks later tries again
     with the rest (and finds no partner there)."""
     o = _write(tmp_path / "o.json", [{"decision": "not_duplicates", "images": ["visualprm:copy.jpg", "visualprm:crop.png"]}])
-    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    clusters, contamination, result = find_duplicates(_table(), 8, **ROLES, overrides=o)
     rows = {r["image_key"]: r for r in clusters.to_pylist()}
     assert rows["eval.jpg"]["is_canonical"] and ("copy.jpg" in rows) != ("crop.png" in rows)
     assert len({r["cluster_id"] for r in rows.values()}) == 1
@@ -63,7 +65,7 @@ def test_not_duplicates_holds_when_both_are_copies_of_the_canonical(tmp_path):
 
 def test_duplicates_joins_a_pair_the_engine_refused(tmp_path):
     o = _write(tmp_path / "o.json", [{"decision": "duplicates", "images": ["visualprm:other.png", "mmrb2:eval.jpg"]}])
-    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    clusters, contamination, result = find_duplicates(_table(), 8, **ROLES, overrides=o)
     rows = {r["image_key"]: r for r in clusters.to_pylist()}
     # eval.jpg and other.png have as many pixels; eval.jpg, accepted as the same pixels against its
     # two copies, is the canonical of the joined component: other.png joins it by the override and
@@ -79,7 +81,7 @@ def test_duplicates_joins_a_pair_the_engine_refused(tmp_path):
 
 def test_not_leak_drops_only_that_train_image_and_keeps_its_cluster(tmp_path):
     o = _write(tmp_path / "o.json", [{"decision": "not_leak", "train": "visualprm:copy.jpg"}])
-    clusters, contamination, result = find_duplicates(_table(), 8, overrides=o)
+    clusters, contamination, result = find_duplicates(_table(), 8, **ROLES, overrides=o)
     assert contamination["train_image_key"].to_pylist() == ["crop.png"]
     assert len(clusters) == 3  # the cluster is a fact about pixels; only the leak verdict changes
     assert result.applied.to_pylist()[0]["effect"] == "applied: removed 1 contamination row"
@@ -93,7 +95,7 @@ def test_names_by_sha256_and_names_not_in_the_release(tmp_path):
         {"decision": "not_duplicates", "images": ["visualprm:gone.png", "mmrb2:eval.jpg"]},
         {"decision": "not_leak", "train": "visualprm:chart.png"},
     ])
-    _, contamination, result = find_duplicates(table, 8, overrides=o)
+    _, contamination, result = find_duplicates(table, 8, **ROLES, overrides=o)
     assert contamination["train_image_key"].to_pylist() == ["copy.jpg"]
     assert [(r["number"], r["applied"], r["effect"]) for r in result.applied.to_pylist()] == [
         (1, True, "applied: removed 1 contamination row"),

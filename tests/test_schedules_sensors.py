@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dagster as dg
 import pytest
 
-from pipeline import sensors
+from pipeline import datasets, sensors
 from pipeline.resources import RewardhouseResource
 from pipeline.schedules import nightly_schedule
 from pipeline.sensors import run_failure_notifier, upstream_change_sensor
@@ -75,6 +75,10 @@ def upstream(hub, monkeypatch):
     hub.add_dataset_commit(IMAGES, {"image.zip": b"zip v1", "README.md": b"# images"})
     hub.add_dataset_commit(VISUALPRM, {SHARD: b"PAR1 shard v1", "README.md": b"# prm"})
     hub.add_dataset_commit(VLRB, {VLRB_SHARD: b"PAR1 vlrb v1", "README.md": b"# vlrb"})
+    for spec in datasets.DATASETS:  # every other Hub repo of the registry: one stand-in shard
+        for up in spec.upstream:
+            if up.kind == "hf" and up.repo not in (IMAGES, VISUALPRM, VLRB):
+                hub.add_dataset_commit(up.repo, {up.files.replace("*", "000"): f"PAR1 {up.repo}".encode()})
     github = FakeGitHub(ANNOTATIONS, "a" * 40)
     monkeypatch.setenv("REWARDHOUSE_GITHUB_API", github.url)
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
@@ -149,7 +153,7 @@ def test_upstream_revisions_reports_a_failure_per_upstream_and_never_raises(upst
     hub, github = upstream
     github.status = 403
     heads = upstream_revisions(hf_endpoint="http://127.0.0.1:9", timeout=2)  # nothing listens on port 9
-    assert set(heads) == {IMAGES, VISUALPRM, VLRB, ANNOTATIONS}
+    assert set(heads) == {u.repo for d in datasets.DATASETS for u in d.upstream}  # every upstream of the registry
     assert "HTTP 403" in heads[ANNOTATIONS]["error"]
     assert IMAGES in heads[IMAGES]["error"] and "127.0.0.1:9" in heads[IMAGES]["error"]
 
@@ -233,7 +237,9 @@ def test_run_request_pins_the_new_hub_revisions(upstream, tmp_path):
     assert config["hf_image_revision"] == heads[IMAGES]["revision"]
     assert config["hf_visualprm_revision"] == heads[VISUALPRM]["revision"]
     # A dataset without a field of its own is pinned through hf_revisions.
-    assert config["hf_revisions"] == {VLRB: heads[VLRB]["revision"]}
+    pinned_apart = {u.repo for d in datasets.DATASETS for u in d.upstream if u.kind != "hf" or u.pin_setting}
+    assert config["hf_revisions"] == {r: heads[r]["revision"] for r in heads if r not in pinned_apart}
+    assert VLRB in config["hf_revisions"]
     # The annotation commit is the benchmark's pinned commit: a moved GitHub head is reported, not followed.
     assert "hf_annotation_commit" not in config
     # Run config replaces the resource's configured values, so they travel along.

@@ -198,10 +198,14 @@ def test_edges_outside_the_nodes_are_refused():
 # --- canonical choice -------------------------------------------------------------------------
 
 
+DATASET_ORDER = ("mmrb2", "visualprm")  # eval sets before train sets, as the pipeline passes the registry's
+
+
 def order(rows: list[tuple]) -> list[str]:
     """image_keys in canonical order for rows (dataset, image_key, width, height, bytes)."""
     ds, keys, w, h, b = zip(*rows)
-    rank = canonical_rank(list(ds), list(keys), np.array(w, float), np.array(h, float), np.array(b, float))
+    rank = canonical_rank(list(ds), list(keys), np.array(w, float), np.array(h, float), np.array(b, float),
+                          DATASET_ORDER)
     return [keys[i] for i in np.argsort(rank)]
 
 

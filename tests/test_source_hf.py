@@ -14,9 +14,9 @@ import pytest
 from hf_server import FakeHub
 
 from pipeline.settings import MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, MMRB2_TASKS
+from pipeline.mmrb2.source import fetch_mmrb2_hf
 from pipeline.sources import hf as hf_source
 from pipeline.sources.base import ChecksumCache, SourceError
-from pipeline.sources.hf import fetch_hf
 
 TASK_FILES = [f"{t}_response_only.json" for t in MMRB2_TASKS]
 NEW_TASK = "new_task_release.json"
@@ -62,7 +62,7 @@ def cache(tmp_path) -> ChecksumCache:
 
 
 def fetch(hub: FakeHub, raw_root: Path, cache: ChecksumCache, **kwargs):
-    return fetch_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url, **kwargs)
+    return fetch_mmrb2_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url, **kwargs)
 
 
 def read_lock(raw_root: Path) -> dict:
@@ -360,7 +360,7 @@ def test_unreachable_endpoint_is_a_source_error(raw_root, cache, hub):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
 
     with pytest.raises(SourceError) as err:
-        fetch_hf(raw_root, cache, hf_endpoint=dead, github_raw_base=dead)
+        fetch_mmrb2_hf(raw_root, cache, hf_endpoint=dead, github_raw_base=dead)
 
     msg = str(err.value)
     assert dead in msg and "HF_ENDPOINT" in msg

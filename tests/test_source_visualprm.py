@@ -23,10 +23,12 @@ from pipeline.settings import (
     VISUALPRM_REPO,
     VISUALPRM_UPSTREAM_REPO,
 )
+from pipeline.mmrb2.source import fetch_mmrb2_hf
 from pipeline.sources import hf as hf_source
 from pipeline.sources.base import ChecksumCache, SourceError
-from pipeline.sources.hf import fetch_hf, fetch_visualprm_hf
+from pipeline.visualprm import source as visualprm_source
 from pipeline.visualprm.source import (
+    fetch_visualprm_hf,
     prm_image_root,
     prm_image_zips,
     prm_jsonl_files,
@@ -372,7 +374,7 @@ def test_shard_dropped_by_a_newly_pinned_revision_is_removed_locally(hub, raw_ro
     # A partial download of a dropped shard is stale too.
     (shard_dir(raw_root) / "train-00009-of-00010.parquet.part").write_bytes(b"PAR1")
 
-    monkeypatch.setattr(hf_source, "VISUALPRM_REVISION", new_sha)  # moving on is explicit
+    monkeypatch.setattr(visualprm_source, "VISUALPRM_REVISION", new_sha)  # moving on is explicit
     snap = fetch(hub, raw_root, cache)
 
     assert snap.revisions == {VISUALPRM_REPO: new_sha}
@@ -409,7 +411,7 @@ def test_mmrb2_and_visualprm_share_the_lock_file(hub, raw_root, cache):
     hub.add_raw_files(MMRB2_ANNOTATION_REPO, MMRB2_ANNOTATION_COMMIT, notes)
 
     fetch(hub, raw_root, cache)
-    fetch_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url)
+    fetch_mmrb2_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url)
     lock = read_lock(raw_root)
     assert lock[VISUALPRM_REPO]["revision"] == vprm_sha and lock[MMRB2_IMAGE_REPO]["revision"] == image_sha
     assert MMRB2_ANNOTATION_REPO in lock
@@ -426,5 +428,5 @@ def test_mmrb2_and_visualprm_share_the_lock_file(hub, raw_root, cache):
 
     hub.clear_log()
     fetch(hub, raw_root, cache)
-    fetch_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url)
+    fetch_mmrb2_hf(raw_root, cache, hf_endpoint=hub.url, github_raw_base=hub.url)
     assert hub.requests == []

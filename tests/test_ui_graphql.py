@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import time
 
-from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS, PARTITION_KEYS
+from pipeline.mmrb2.tasks import PARTITION_KEYS
+from pipeline.schedules import all_partitions_tags
 from ui_server import assert_release_published, dagster_ui
 
 LAUNCH_RUN = """
@@ -44,7 +45,7 @@ def test_materialize_all_through_graphql_publishes_a_release(tmp_path):
         params = {
             "selector": {"repositoryLocationName": ui.location, "repositoryName": ui.repository, "jobName": "refresh"},
             "runConfigData": {},
-            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in ALL_PARTITIONS_TAGS.items()]},
+            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in all_partitions_tags().items()]},
         }
         started = time.monotonic()
         launched = ui.graphql(LAUNCH_RUN, {"executionParams": params})["launchRun"]

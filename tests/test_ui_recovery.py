@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import run_control as rc
-from pipeline.mmrb2.tasks import ALL_PARTITIONS_TAGS
+from pipeline.schedules import all_partitions_tags
 from test_ui_graphql import LAUNCH_RUN
 from ui_server import assert_release_published, dagster_ui
 
@@ -50,7 +50,7 @@ def launch(ui) -> str:
     params = {
         "selector": {"repositoryLocationName": ui.location, "repositoryName": ui.repository, "jobName": "refresh"},
         "runConfigData": {},
-        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in ALL_PARTITIONS_TAGS.items()]},
+        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in all_partitions_tags().items()]},
     }
     launched = ui.graphql(LAUNCH_RUN, {"executionParams": params})["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", f"{launched}\n{ui.diagnostics()}"

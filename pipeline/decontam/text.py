@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
-from pipeline.settings import TEXT_MATCH_DEFAULTS  # the values, with the release id's view of them
+from pipeline.settings import TEXT_MATCH_DEFAULTS, Settings  # the defaults, with the release id's view of them
 
 RECORD_TEXT_SCHEMA = pa.schema([("dataset", pa.string()), ("key", pa.string()), ("text", pa.string())])
 
@@ -102,6 +102,13 @@ class TextMatchSettings:
     # Keep only right records nearly as well covered as the best: a sibling that differs in one
     # choice (36 of 37 words, 0.973) goes when the real source (1.0) is there.
     sibling_margin: float = TEXT_MATCH_DEFAULTS["sibling_margin"]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TextMatchSettings:
+        """A run's text matching: its `text_*` settings, the defaults where they are unset."""
+        given = {"ngram": settings.text_ngram, "min_overlap": settings.text_min_overlap,
+                 "stock_records": settings.text_stock_records, "sibling_margin": settings.text_sibling_margin}
+        return cls(**{k: v for k, v in given.items() if v is not None})
 
 
 # Texts per batch: bounds the converted input and the exploded word frame (~65 words a text).

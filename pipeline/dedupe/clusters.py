@@ -9,8 +9,9 @@ Canonical rule (deterministic; the first criterion that differs decides):
    (the engine then puts first the image with the most pairs in its component accepted as the
    same pixels, near or crop: the original of several copies rather than a captioned copy)
 2. the largest file, in bytes (unknown last);
-3. dataset order: the registry's eval sets before its train sets (eval images win ties), in
-   registry order; any other dataset after those, alphabetically;
+3. dataset order: the order the caller gives (the pipeline gives the registry's eval sets before
+   its train sets, in registry order, so eval images win ties); any other dataset after those,
+   alphabetically;
 4. the smallest image_key (then the smallest node, so the order is total even on repeated keys).
 
 `cluster_id` is the first 16 hex characters of sha256("<dataset>/<image_key>") of the canonical:
@@ -21,16 +22,9 @@ node numbering.
 from __future__ import annotations
 
 import hashlib
+from typing import Sequence
 
 import numpy as np
-
-def _dataset_order() -> tuple[str, ...]:
-    from pipeline import datasets
-
-    return datasets.eval_sets() + datasets.train_sets()
-
-
-DATASET_ORDER = _dataset_order()
 
 
 def _compress(parent: np.ndarray) -> np.ndarray:
@@ -74,14 +68,15 @@ def connected_components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _compress(parent)
 
 
-def canonical_rank(dataset: list, image_key: list, width: np.ndarray, height: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Each image's place in the canonical order (the rule in the module docstring; 0 is the best).
-    Unknown width/height/bytes are NaN or negative and come last."""
+def canonical_rank(dataset: list, image_key: list, width: np.ndarray, height: np.ndarray, size: np.ndarray,
+                   dataset_order: Sequence[str] = ()) -> np.ndarray:
+    """Each image's place in the canonical order (the rule in the module docstring; 0 is the best),
+    datasets ranked as in `dataset_order`. Unknown width/height/bytes are NaN or negative and come last."""
     width, height, size = (np.asarray(x, np.float64) for x in (width, height, size))
     area = np.nan_to_num(width * height, nan=-1.0)
     size = np.nan_to_num(size, nan=-1.0)
-    order_of = {d: i for i, d in enumerate(DATASET_ORDER)}
-    ds_rank = np.array([order_of.get(d, len(DATASET_ORDER)) for d in dataset])
+    order_of = {d: i for i, d in enumerate(dataset_order)}
+    ds_rank = np.array([order_of.get(d, len(dataset_order)) for d in dataset])
     ds_name = np.unique(np.array(dataset, dtype=object), return_inverse=True)[1]
     keys = np.unique(np.array(image_key, dtype=object), return_inverse=True)[1]
     order = np.lexsort((np.arange(len(dataset)), keys, ds_name, ds_rank, -size, -area))

@@ -6,7 +6,7 @@
   verification score; the canonical rule is in clusters.py.
 - `contamination`: images of a train set that are the same bytes as, or an accepted pair with, an
   image of an eval set, directly (never through a third image); every eval set against every
-  train set of the registry, each row naming both datasets.
+  train set the caller names (the pipeline: the registry's), each row naming both datasets.
 - Samples: VisualPRM rollouts share images by design, so a *sample* is a duplicate only when its
   images (by cluster), its normalised question and its normalised steps all equal those of an
   earlier sample (row order); the earliest one is kept.
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import duckdb
 import numpy as np
@@ -22,13 +23,6 @@ import pyarrow as pa
 
 from pipeline.dedupe.engine import ROUTES, Dedupe, Forced, dedupe, phash_distance
 from pipeline.dedupe.hashing import THUMB_BYTES, HashedImage, is_flat
-
-
-
-def _roles() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    from pipeline import datasets
-
-    return datasets.eval_sets(), datasets.train_sets()
 
 HASHES_SCHEMA = pa.schema(
     [
@@ -167,10 +161,8 @@ order by 1, 2, 3, 4
 """
 
 
-def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets=None, train_sets=None) -> pa.Table:
-    """Contamination rows for `eval_sets` x `train_sets` (default: the registry's roles)."""
-    if eval_sets is None or train_sets is None:
-        eval_sets, train_sets = _roles()
+def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets: Sequence[str], train_sets: Sequence[str]) -> pa.Table:
+    """Contamination rows for `eval_sets` x `train_sets`."""
     con = duckdb.connect()
     try:
         con.register("images_in", pa.table({
@@ -194,15 +186,14 @@ def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets=None, train_
 
 
 def run_engine(signatures: pa.Table, max_distance: int, thumbs=None, stop=None, forced: Forced | None = None,
-               rule=None) -> Dedupe:
+               rule=None, dataset_order: Sequence[str] = ()) -> Dedupe:
     """The engine over signature rows; `thumbs` defaults to the table's own signature column;
-    `rule` (verify.Rule) defaults to verify.DEFAULT_RULE."""
+    `rule` (verify.Rule) defaults to verify.DEFAULT_RULE; `dataset_order` as in engine.dedupe."""
     from pipeline.dedupe.verify import DEFAULT_RULE
 
     if thumbs is None:
         thumbs = ThumbColumn(signatures["thumb"], signatures["fine"] if "fine" in signatures.column_names else None)
-    return dedupe(signatures, thumbs, max_distance, stop,
-                  forced, rule or DEFAULT_RULE)
+    return dedupe(signatures, thumbs, max_distance, stop, forced, rule or DEFAULT_RULE, dataset_order)
 
 
 # ---- reviewer overrides (pipeline/review/overrides.py) ------------------------------------------
@@ -320,15 +311,17 @@ def clusters_table(signatures: pa.Table, result: Dedupe) -> pa.Table:
     }, schema=CLUSTERS_SCHEMA)
 
 
-def find_duplicates(signatures: pa.Table, max_distance: int, thumbs=None, stop=None,
-                    overrides=None) -> tuple[pa.Table, pa.Table, Dedupe]:
+def find_duplicates(signatures: pa.Table, max_distance: int, *, eval_sets: Sequence[str], train_sets: Sequence[str],
+                    thumbs=None, stop=None, overrides=None) -> tuple[pa.Table, pa.Table, Dedupe]:
     """(duplicate_clusters, contamination, the engine's result) for rows in SIGNATURE_SCHEMA;
-    with `overrides` (review/overrides.py) the result's `applied` is their effect table."""
+    contamination is every eval set against every train set, and an eval image is canonical
+    before a train image it ties with (datasets ranked: `eval_sets`, then `train_sets`). With
+    `overrides` (review/overrides.py) the result's `applied` is their effect table."""
     if signatures.num_rows == 0:
         return CLUSTERS_SCHEMA.empty_table(), CONTAMINATION_SCHEMA.empty_table(), None
     forced, notes = forced_pairs(overrides, signatures) if overrides else (None, {})
-    result = run_engine(signatures, max_distance, thumbs, stop, forced)
-    contamination = contamination_table(signatures, result)
+    result = run_engine(signatures, max_distance, thumbs, stop, forced, dataset_order=(*eval_sets, *train_sets))
+    contamination = contamination_table(signatures, result, eval_sets, train_sets)
     result.applied = OVERRIDES_APPLIED_SCHEMA.empty_table()
     if overrides:
         contamination, leak_effects = apply_not_leak(contamination, overrides, signatures)

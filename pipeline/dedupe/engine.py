@@ -34,7 +34,7 @@ sample dedupe that reads those clusters, and `rewardhouse dedupe DIR`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -322,13 +322,13 @@ class Dedupe:
     applied: pa.Table | None = None  # decisions.find_duplicates: the overrides' effect table
 
 
-def row_rank(rows: pa.Table) -> np.ndarray:
+def row_rank(rows: pa.Table, dataset_order: Sequence[str] = ()) -> np.ndarray:
     """Each row's place in the canonical order (clusters.canonical_rank); 0 is the best."""
     def num(name):
         return rows[name].to_numpy(zero_copy_only=False).astype(np.float64)
 
     return canonical_rank(rows["dataset"].to_pylist(), rows["image_key"].to_pylist(), num("width"), num("height"),
-                          num("bytes"))
+                          num("bytes"), dataset_order)
 
 
 class _NodeThumbs:
@@ -422,14 +422,15 @@ def _force(pairs: Pairs, nodes: np.ndarray, forced: Forced, node_thumbs, stop, a
 
 
 def dedupe(rows: pa.Table, thumbs: Thumbs, max_distance: int, stop: Callable[[], None] | None = None,
-           forced: Forced | None = None, rule: Rule = DEFAULT_RULE) -> Dedupe:
+           forced: Forced | None = None, rule: Rule = DEFAULT_RULE, dataset_order: Sequence[str] = ()) -> Dedupe:
     """The engine (module docstring) over image rows with ROW_COLUMNS (and OPTIONAL_ROW_COLUMNS); `thumbs[rows]` gives their
-    thumbnails; `forced` overrules verification for chosen pairs (`Dedupe.forced` says how)."""
+    thumbnails; `forced` overrules verification for chosen pairs (`Dedupe.forced` says how); `dataset_order`
+    ranks the datasets for the canonical choice (clusters.py)."""
     n_rows = rows.num_rows
     sha = rows["sha256"].to_pylist()
     nodes, inverse = np.unique(np.array(sha, dtype=object), return_inverse=True)
     n = len(nodes)
-    rank_row = row_rank(rows)
+    rank_row = row_rank(rows, dataset_order)
     # A node's representative is its best-ranked row; a node ranks as that row.
     best = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(best, inverse, rank_row)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.dedupe.hashing import HashedImage, Progress, default_workers, hash_files, hash_zip
-from pipeline.settings import ZipLimits
+from pipeline.settings import Settings, ZipLimits
 
 KINDS = ("local", "ray")
 
@@ -28,6 +28,11 @@ class Executor:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"executor must be one of {', '.join(KINDS)}, not {self.kind!r}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Executor:
+        """The executor a run's settings ask for (`executor`, `ray_address`, `workers`)."""
+        return cls(settings.executor, settings.ray_address, settings.workers)
 
     @property
     def on_ray(self) -> bool:

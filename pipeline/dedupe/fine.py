@@ -206,6 +206,16 @@ def fine_pairs(la, lb, aligns, tol, max_stray, res):
         fine_pair(la[k], lb[k], aligns[k], tol, max_stray, res[k])
 
 
+def warm() -> None:
+    """Compile (or load from the cache) fine_pairs on a tiny pair, as kernels.warm does its own."""
+    la = np.zeros((1, 2 * 128, 2 * 128), np.uint8)
+    la[0, 64:192, 64:192] = 200
+    lb = la.copy()
+    lb[0, 80:100, 80:100] = 30
+    al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]])
+    fine_pairs(la, lb, al, 12.0, 0, np.zeros((1, 4)))
+
+
 def unpack(blob: bytes) -> np.ndarray:
     """A stored fine luma (hashing.pack_fine) as a (FINE_SIDE, FINE_SIDE) uint8 array."""
     return np.frombuffer(zlib.decompress(blob), np.uint8).reshape(FINE_SIDE, FINE_SIDE)

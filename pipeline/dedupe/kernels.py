@@ -1072,8 +1072,9 @@ def align_pairs(la, lb, out, ok):
 
 
 def warm() -> None:
-    """Compile (or load from the cache) every entry point on a tiny batch: the first run on a new
-    checkout pays the compilation here, once, instead of inside a timed step."""
+    """Compile (or load from the cache) every entry point of this module on a tiny batch: the first
+    run on a new checkout pays the compilation here, once, instead of inside a timed step (the
+    second look's kernels warm in fine.warm; verify.warm does both)."""
     la = np.zeros((1, 128, 128), np.uint8)
     la[0, 32:96, 32:96] = 200
     lb = la.copy()
@@ -1084,9 +1085,6 @@ def warm() -> None:
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
-    from pipeline.dedupe import fine  # the second look's kernels
-    big = np.repeat(np.repeat(la, 2, axis=1), 2, axis=2)
-    fine.fine_pairs(big, np.repeat(np.repeat(lb, 2, axis=1), 2, axis=2), al.astype(np.float64), 12.0, 0, np.zeros((1, 4)))
 
 
 BANNER_FRACTIONS = (0.1, 0.15, 0.2, 0.25)  # heights of the strip a banner may cover, share of the side

@@ -237,3 +237,19 @@ def _parse_prompts(path: Path, out: ParsedMMRB2) -> None:
                     "image_name": value if kind == "image" else None,
                 }
             )
+
+
+def sample_records(root: Path) -> dict[str, pa.Table]:
+    """The record tables this parser makes of the embedded sample (written under `root`), its
+    record contract enforced (DatasetSpec.sample_records: tests derive their cases from it)."""
+    from pipeline.contract import enforce
+    from pipeline.mmrb2.contract import contracts
+    from pipeline.mmrb2.sample import write_sample
+    from pipeline.mmrb2.layout import snapshot_from_layout
+    from pipeline.settings import QualitySettings
+    from pipeline.sources.base import ChecksumCache
+
+    write_sample(root)
+    snap = snapshot_from_layout(root, "sample", ChecksumCache(root / "checksums.json"))
+    parsed = parse_mmrb2(snap.annotations(), snap.path("new_task_release"))
+    return enforce("mmrb2", parsed.tables(), contracts(QualitySettings())).tables

@@ -66,7 +66,7 @@ from PIL import Image, ImageChops, ImageDraw, ImageEnhance, ImageFont
 
 from pipeline.settings import MMRB2_TASKS
 from pipeline.sources.base import ChecksumCache, RawSnapshot, write_if_changed
-from pipeline.mmrb2.source import ANNOTATION_DIR, IMAGE_DIR, NEW_TASK_FILE, snapshot_from_layout
+from pipeline.mmrb2.layout import ANNOTATION_DIR, IMAGE_DIR, NEW_TASK_FILE, snapshot_from_layout
 
 SAMPLE_VERSION = "1"
 SEED = 20251220  # the upstream annotation commit date; change it and every constant below changes

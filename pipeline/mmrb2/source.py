@@ -1,12 +1,14 @@
-"""MMRB2's raw files, from any source, in the upstream layout (identical for sample, local and hf):
-
-    {root}/facebook/MMRB2_image/image.zip            (or images.zip)
-    {root}/facebookresearch/MMRB2/benchmark/{t2i,edit,interleaved,reasoning}_response_only.json
-    {root}/facebookresearch/MMRB2/benchmark/new_task_release.json   (optional)
+"""MMRB2's raw files, from any source, in the upstream layout (pipeline/mmrb2/layout.py).
 
 `fetch_mmrb2` takes them from the configured source: the generated sample, a local mirror (absent
-when it holds no MMRB2 file; an error when it holds only some), or the Hub and GitHub
-(pipeline/sources/hf.py).
+when it holds no MMRB2 file; an error when it holds only some), or upstream (`fetch_mmrb2_hf`):
+
+- the images: the Hugging Face dataset `facebook/MMRB2_image` (one zip, `image.zip` or
+  `images.zip`), at a pinned revision;
+- the annotations: `facebookresearch/MMRB2` on GitHub at `MMRB2_ANNOTATION_COMMIT`, from the
+  raw-file host.
+
+Both go through the `hf` source's pinned, verified, resumable downloads (pipeline/sources/hf.py).
 """
 
 from __future__ import annotations
@@ -14,69 +16,43 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline import env
-from pipeline.settings import MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, MMRB2_IMAGE_ZIP_NAMES, MMRB2_TASKS, Layout, Settings
+from pipeline.mmrb2.layout import ANNOTATION_DIR, NEW_TASK_FILE, mmrb2_present, snapshot_from_layout
+from pipeline.settings import (
+    MMRB2_ANNOTATION_COMMIT, MMRB2_ANNOTATION_REPO, MMRB2_IMAGE_REPO, MMRB2_IMAGE_ZIP_NAMES, MMRB2_TASKS, Layout,
+    Settings,
+)
 from pipeline.sources import Log, check_source, checksum_cache, local_path
-from pipeline.sources.base import ChecksumCache, RawFile, RawSnapshot, SourceError
+from pipeline.sources.base import ChecksumCache, RawSnapshot
+from pipeline.sources.hf import GitHubFiles, HubFiles, fetch_github_files, fetch_hub_files
 
-ANNOTATION_DIR = Path(MMRB2_ANNOTATION_REPO) / "benchmark"
-IMAGE_DIR = Path(MMRB2_IMAGE_REPO)
-NEW_TASK_FILE = "new_task_release.json"
-
-
-def find_image_zip(root: Path) -> Path | None:
-    for name in MMRB2_IMAGE_ZIP_NAMES:
-        p = root / IMAGE_DIR / name
-        if p.is_file():
-            return p
-    return None
+# The image zip's commit. None means "lock on first fetch": the first fetch resolves `main` to its
+# commit sha and records it in sources.lock.json; later fetches reuse it.
+MMRB2_IMAGE_REVISION: str | None = None
 
 
-def snapshot_from_layout(
-    root: Path,
-    source: str,
-    cache: ChecksumCache,
-    origins: dict[str, str] | None = None,
-    revisions: dict | None = None,
-) -> RawSnapshot:
-    """Inventory a folder in the upstream layout; missing required files raise SourceError."""
-    root = root.resolve()
-    origins = origins or {}
-    wanted: list[tuple[str, Path | None, bool]] = [("image_zip", find_image_zip(root), True)]
-    for task in MMRB2_TASKS:
-        wanted.append((f"annotations:{task}", root / ANNOTATION_DIR / f"{task}_response_only.json", True))
-    wanted.append(("new_task_release", root / ANNOTATION_DIR / NEW_TASK_FILE, False))
-
-    files, missing = [], []
-    for role, path, required in wanted:
-        if path is None or not path.is_file():
-            if required:
-                missing.append(role)
-            continue
-        files.append(
-            RawFile(
-                role=role,
-                path=str(path),
-                sha256=cache.sha256(path),
-                size=path.stat().st_size,
-                origin=origins.get(role, str(path)),
-            )
-        )
-    cache.save()
-    if missing:
-        expect = {
-            "image_zip": f"{IMAGE_DIR}/image.zip (or images.zip)",
-            **{f"annotations:{t}": f"{ANNOTATION_DIR}/{t}_response_only.json" for t in MMRB2_TASKS},
-        }
-        lines = ", ".join(expect[m] for m in missing)
-        raise SourceError(f"{source} source at {root} is missing: {lines}")
-    return RawSnapshot(source=source, root=str(root), files=tuple(files), revisions=dict(revisions or {}))
+def _record_zip(entry: dict, records: dict) -> None:
+    ((entry["file"], entry["zip"]),) = records.items()
 
 
-def mmrb2_present(path: Path) -> bool:
-    """Any MMRB2 file at all: then every required one must be there."""
-    return find_image_zip(path) is not None or any(
-        (path / ANNOTATION_DIR / f"{t}_response_only.json").is_file() for t in MMRB2_TASKS
-    )
+IMAGE_FILES = HubFiles(
+    repo=MMRB2_IMAGE_REPO,
+    wanted=" or ".join(MMRB2_IMAGE_ZIP_NAMES),
+    knob="hf_image_revision / MMRB2_IMAGE_REVISION",
+    select=lambda files: [n for n in MMRB2_IMAGE_ZIP_NAMES if n in files][:1],
+    local_globs=MMRB2_IMAGE_ZIP_NAMES,
+    recorded=lambda e: {e["file"]: e.get("zip")} if e.get("file") in MMRB2_IMAGE_ZIP_NAMES else None,
+    record=_record_zip,
+)
+
+# The task files (required) and new_task_release.json (optional).
+ANNOTATION_FILES = GitHubFiles(
+    repo=MMRB2_ANNOTATION_REPO,
+    commit=MMRB2_ANNOTATION_COMMIT,
+    folder=ANNOTATION_DIR.name,
+    knob="MMRB2_ANNOTATION_COMMIT",
+    files=(*((f"annotations:{t}", f"{t}_response_only.json", True) for t in MMRB2_TASKS),
+           ("new_task_release", NEW_TASK_FILE, False)),
+)
 
 
 def fetch_local(path: Path, cache: ChecksumCache) -> RawSnapshot | None:
@@ -84,6 +60,35 @@ def fetch_local(path: Path, cache: ChecksumCache) -> RawSnapshot | None:
     if not mmrb2_present(path):
         return None
     return snapshot_from_layout(path, "local", cache, revisions={"local": str(path.resolve())})
+
+
+def fetch_mmrb2_hf(
+    raw_root: Path,
+    cache: ChecksumCache,
+    *,
+    hf_endpoint: str | None = None,
+    github_raw_base: str = "https://raw.githubusercontent.com",
+    image_revision: str | None = None,
+    token: str | None = None,
+    log: Log = lambda s: None,
+) -> RawSnapshot:
+    """Download (or reuse) the MMRB2 image zip and annotation files under `raw_root`.
+
+    `hf_endpoint` defaults to `HF_ENDPOINT`, then huggingface.co; `token` defaults to `HF_TOKEN`
+    (as huggingface_hub reads it). Raises SourceError with what failed and what to do.
+    """
+    image_sha, (zip_name,) = fetch_hub_files(raw_root, cache, IMAGE_FILES, revision=image_revision or MMRB2_IMAGE_REVISION,
+                                             hf_endpoint=hf_endpoint, token=token, log=log)
+    annotation_origins = fetch_github_files(raw_root, cache, ANNOTATION_FILES, base=github_raw_base, log=log)
+
+    origins = {"image_zip": f"{MMRB2_IMAGE_REPO}@{image_sha}/{zip_name}", **annotation_origins}
+    return snapshot_from_layout(
+        Path(raw_root),
+        "hf",
+        cache,
+        origins=origins,
+        revisions={MMRB2_IMAGE_REPO: image_sha, MMRB2_ANNOTATION_REPO: MMRB2_ANNOTATION_COMMIT},
+    )
 
 
 def fetch_mmrb2(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
@@ -96,9 +101,8 @@ def fetch_mmrb2(settings: Settings, layout: Layout, log: Log = lambda s: None) -
         return fetch_sample(layout.raw_source("sample"), cache)
     if settings.source == "local":
         return fetch_local(local_path(settings), cache)
-    from pipeline.sources.hf import fetch_hf
-
     # HF_ENDPOINT / HF_TOKEN as huggingface_hub reads them; the raw-file host can be redirected
     # too (a mirror, or a loopback server in tests).
     base = env.github_raw("https://raw.githubusercontent.com")
-    return fetch_hf(layout.raw_source("hf"), cache, github_raw_base=base, image_revision=settings.hf_image_revision, log=log)
+    return fetch_mmrb2_hf(layout.raw_source("hf"), cache, github_raw_base=base, image_revision=settings.hf_image_revision,
+                          log=log)

@@ -25,12 +25,13 @@ SPEC = DatasetSpec(
     image_stages=("unpack", "decode", "resolve", "hash"),
     fetch="pipeline.mmrb2.source:fetch_mmrb2",
     sample="pipeline.mmrb2.sample:write_sample",
+    sample_records="pipeline.mmrb2.parse:sample_records",
     assets="assets.mmrb2",
     checks="checks.mmrb2",
     raw_asset="mmrb2_raw",
     staged_assets=("mmrb2_annotations", "mmrb2_images"),
     image_asset="mmrb2_images",
-    review_images="pipeline.review.sources:mmrb2_images",
+    review_images="pipeline.mmrb2.review:mmrb2_images",
     image_records=(
         "select image_name as image_key, pair_id as record, null::boolean as in_export from mmrb2_response_items "
         "where kind = 'image' union all select image_name, pair_id, null from mmrb2_prompt_items "

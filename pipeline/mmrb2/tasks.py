@@ -19,13 +19,6 @@ from pipeline.settings import MMRB2_TASKS
 
 PARTITION_KEYS = MMRB2_TASKS
 
-# Tags of a run over every partition (`rewardhouse run`, the nightly schedule, the upstream
-# sensor): one run, and one step for the whole range, as the asset's backfill policy is single-run.
-ALL_PARTITIONS_TAGS = {
-    "dagster/asset_partition_range_start": PARTITION_KEYS[0],
-    "dagster/asset_partition_range_end": PARTITION_KEYS[-1],
-}
-
 
 @dataclass(frozen=True)
 class TaskImages:

@@ -1,17 +1,13 @@
-"""The `hf` source: download MMRB2 and VisualPRM400K from upstream into the upstream layout.
+"""The `hf` source's download machinery: each dataset's recipe (which repos, which files, which
+revision) lives in its own package (`pipeline/<dataset>/source.py`) and calls the helpers here.
 
-- MMRB2 images: the Hugging Face dataset `facebook/MMRB2_image` (one zip, `image.zip` or
-  `images.zip`).
-- VisualPRM400K: the Hugging Face dataset `mm-eval/VisualPRM400K` (parquet shards
-  `data/train-*.parquet`), see `fetch_visualprm_hf`.
-- MMRB2 annotations: `facebookresearch/MMRB2` on GitHub at `MMRB2_ANNOTATION_COMMIT`, fetched with
-  urllib from the raw-file host.
+- Hub datasets (`HubFiles`, `fetch_hub_files`): the revision is pinned, the repo is listed with
+  `huggingface_hub` at that commit, the wanted files are fetched with our own ranged download (a
+  killed download resumes on the next run) and verified against the Hub's size and sha256 ETag.
+- GitHub files at a fixed commit (`GitHubFiles`, `fetch_github_files`), fetched with urllib from
+  the raw-file host, by the same resumable download.
 
-Hub files go through one path (`_fetch_pinned_files`): the revision is pinned, the repo is listed
-with `huggingface_hub` at that commit, the wanted files are fetched with our own ranged download
-(a killed download resumes on the next run) and verified against the Hub's size and sha256 ETag.
-
-What was fetched is pinned in `{raw_root}/sources.lock.json`:
+What was fetched is pinned in `{raw_root}/sources.lock.json`, one entry per repository, e.g.:
 
     {"facebook/MMRB2_image": {"revision": "<commit sha>", "file": "image.zip",
                               "zip": {"sha256": "...", "size": 123}},
@@ -43,22 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline import env
-from pipeline.settings import (
-    MMRB2_ANNOTATION_COMMIT,
-    MMRB2_ANNOTATION_REPO,
-    MMRB2_IMAGE_REPO,
-    MMRB2_IMAGE_ZIP_NAMES,
-    MMRB2_TASKS,
-    VISUALPRM_REPO,
-)
-from pipeline.sources.base import ChecksumCache, RawSnapshot, SourceError, sha256_file
-from pipeline.mmrb2.source import ANNOTATION_DIR, NEW_TASK_FILE, snapshot_from_layout
-from pipeline.visualprm.source import PARQUET_GLOB, PARQUET_ROLE, is_parquet_shard, snapshot_visualprm
-
-# Commits to download. None means "lock on first fetch": the first fetch resolves `main` to its
-# commit sha and records it in sources.lock.json; later fetches reuse it.
-MMRB2_IMAGE_REVISION: str | None = None
-VISUALPRM_REVISION: str | None = None
+from pipeline.sources.base import ChecksumCache, SourceError, sha256_file
 
 LOCK_FILE = "sources.lock.json"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
@@ -73,73 +54,6 @@ _COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 Log = Callable[[str], None]
-
-
-def fetch_hf(
-    raw_root: Path,
-    cache: ChecksumCache,
-    *,
-    hf_endpoint: str | None = None,
-    github_raw_base: str = "https://raw.githubusercontent.com",
-    image_revision: str | None = None,
-    token: str | None = None,
-    log: Log = lambda s: None,
-) -> RawSnapshot:
-    """Download (or reuse) the MMRB2 image zip and annotation files under `raw_root`.
-
-    `hf_endpoint` defaults to `HF_ENDPOINT`, then huggingface.co; `token` defaults to `HF_TOKEN`
-    (as huggingface_hub reads it). Raises SourceError with what failed and what to do.
-    """
-    raw_root = Path(raw_root)
-    raw_root.mkdir(parents=True, exist_ok=True)
-    lock_path = raw_root / LOCK_FILE
-    lock = _read_lock(lock_path)
-
-    image_sha, (zip_name,) = _fetch_pinned_files(
-        raw_root, _MMRB2_IMAGES, lock, lock_path, cache, endpoint=_endpoint(hf_endpoint), token=token,
-        revision=image_revision or MMRB2_IMAGE_REVISION, log=log,
-    )
-    annotation_origins = _fetch_annotations(raw_root, lock, lock_path, cache, github_raw_base.rstrip("/"), log)
-
-    origins = {"image_zip": f"{MMRB2_IMAGE_REPO}@{image_sha}/{zip_name}", **annotation_origins}
-    return snapshot_from_layout(
-        raw_root,
-        "hf",
-        cache,
-        origins=origins,
-        revisions={MMRB2_IMAGE_REPO: image_sha, MMRB2_ANNOTATION_REPO: MMRB2_ANNOTATION_COMMIT},
-    )
-
-
-def fetch_visualprm_hf(
-    raw_root: Path,
-    cache: ChecksumCache,
-    *,
-    hf_endpoint: str | None = None,
-    revision: str | None = None,
-    token: str | None = None,
-    log: Log = lambda s: None,
-) -> RawSnapshot:
-    """Download (or reuse) the VisualPRM400K parquet shards into `raw_root/mm-eval/VisualPRM400K/`.
-
-    The revision is `revision` (a commit sha, or a branch/tag resolved to one), else
-    `VISUALPRM_REVISION`, else the one locked in `raw_root/sources.lock.json`, else `main` locked
-    now. Shards the pinned revision no longer lists are removed. Raises SourceError.
-    """
-    raw_root = Path(raw_root)
-    raw_root.mkdir(parents=True, exist_ok=True)
-    lock_path = raw_root / LOCK_FILE
-    lock = _read_lock(lock_path)
-
-    sha, shards = _fetch_pinned_files(
-        raw_root, _VISUALPRM_SHARDS, lock, lock_path, cache, endpoint=_endpoint(hf_endpoint), token=token,
-        revision=revision or VISUALPRM_REVISION, log=log,
-    )
-    origins = {f"{PARQUET_ROLE}:{VISUALPRM_REPO}/{name}": f"{VISUALPRM_REPO}@{sha}/{name}" for name in shards}
-    snap = snapshot_visualprm(raw_root, "hf", cache, origins=origins, revisions={VISUALPRM_REPO: sha})
-    if snap is None:  # only if the shards vanished between download and inventory
-        raise SourceError(f"hf source: the {VISUALPRM_REPO} shards downloaded to {raw_root} are gone; run again")
-    return snap
 
 
 def _endpoint(hf_endpoint: str | None) -> str | None:
@@ -215,33 +129,8 @@ def fetch_hub_files(
                                token=token, revision=revision, log=log)
 
 
-def _record_zip(entry: dict, records: dict) -> None:
-    ((entry["file"], entry["zip"]),) = records.items()
-
-
 def record_files(entry: dict, records: dict) -> None:
     entry["files"] = dict(sorted(records.items()))
-
-
-_MMRB2_IMAGES = HubFiles(
-    repo=MMRB2_IMAGE_REPO,
-    wanted=" or ".join(MMRB2_IMAGE_ZIP_NAMES),
-    knob="hf_image_revision / MMRB2_IMAGE_REVISION",
-    select=lambda files: [n for n in MMRB2_IMAGE_ZIP_NAMES if n in files][:1],
-    local_globs=MMRB2_IMAGE_ZIP_NAMES,
-    recorded=lambda e: {e["file"]: e.get("zip")} if e.get("file") in MMRB2_IMAGE_ZIP_NAMES else None,
-    record=_record_zip,
-)
-
-_VISUALPRM_SHARDS = HubFiles(
-    repo=VISUALPRM_REPO,
-    wanted=PARQUET_GLOB,
-    knob="hf_visualprm_revision / VISUALPRM_REVISION",
-    select=lambda files: sorted(f for f in files if is_parquet_shard(f)),
-    local_globs=(PARQUET_GLOB,),
-    recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
-    record=record_files,
-)
 
 
 def _fetch_pinned_files(
@@ -447,7 +336,7 @@ def _hub_error(
     )
 
 
-# --- annotations: GitHub raw -------------------------------------------------------------------
+# --- GitHub files at a fixed commit, and the download both kinds use ---------------------------
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -484,31 +373,46 @@ class _Fatal(Exception):
     pass
 
 
-def _fetch_annotations(
-    raw_root: Path, lock: dict, lock_path: Path, cache: ChecksumCache, base: str, log: Log
-) -> dict[str, str]:
-    """Fetch the task files (required) and new_task_release.json (optional); returns role -> URL."""
-    commit = MMRB2_ANNOTATION_COMMIT
-    dest_dir = raw_root / ANNOTATION_DIR
+@dataclass(frozen=True)
+class GitHubFiles:
+    """Files of one folder of a GitHub repository at a fixed commit, read from the raw-file host
+    (`{base}/{repo}/{commit}/{folder}/{name}`). They land in `{raw_root}/{repo}/{folder}/`, the
+    upstream layout; the lock entry records each one, or that an optional one is not there."""
+
+    repo: str
+    commit: str
+    folder: str  # in the repo
+    knob: str  # where the commit is pinned, for messages
+    files: tuple[tuple[str, str, bool], ...]  # (role, file name, required)
+
+
+def fetch_github_files(raw_root: Path, cache: ChecksumCache, files: GitHubFiles, *, base: str,
+                       log: Log = lambda s: None) -> dict[str, str]:
+    """Download (or reuse) `files` under `raw_root`; returns role -> URL of the files there (an
+    optional file the repo does not have is left out). Raises SourceError for a required one."""
+    raw_root = Path(raw_root)
+    lock_path = raw_root / LOCK_FILE
+    lock = _read_lock(lock_path)
+    base = base.rstrip("/")
+    repo, commit = files.repo, files.commit
+    dest_dir = raw_root / repo / files.folder
     dest_dir.mkdir(parents=True, exist_ok=True)
-    entry = lock.get(MMRB2_ANNOTATION_REPO) or {}
+    entry = lock.get(repo) or {}
     if entry.get("revision") != commit:
         # Files recorded (and partial downloads left) for another commit are not this commit's.
         for part in dest_dir.glob("*.part"):
             part.unlink()
         entry = {"revision": commit, "files": {}}
     records: dict = entry.setdefault("files", {})
-    lock[MMRB2_ANNOTATION_REPO] = entry
+    lock[repo] = entry
 
-    wanted = [(f"annotations:{t}", f"{t}_response_only.json", True) for t in MMRB2_TASKS]
-    wanted.append(("new_task_release", NEW_TASK_FILE, False))
     origins: dict[str, str] = {}
-    for role, name, required in wanted:
-        url = f"{base}/{MMRB2_ANNOTATION_REPO}/{commit}/{ANNOTATION_DIR.name}/{name}"
+    for role, name, required in files.files:
+        url = f"{base}/{repo}/{commit}/{files.folder}/{name}"
         dest = dest_dir / name
         rec = records.get(name)
         if rec and rec.get("absent") and not required:
-            log(f"hf: {name} is not in {MMRB2_ANNOTATION_REPO}@{commit} (recorded in {lock_path.name})")
+            log(f"hf: {name} is not in {repo}@{commit} (recorded in {lock_path.name})")
             continue
         if _matches(dest, rec, cache):
             origins[role] = url
@@ -519,20 +423,20 @@ def _fetch_annotations(
             if required:
                 raise SourceError(
                     f"hf source: {name} was not found at {url} (HTTP 404). Check that "
-                    f"MMRB2_ANNOTATION_COMMIT ({commit}) exists in {MMRB2_ANNOTATION_REPO} and still has "
-                    f"benchmark/{name}, and that github_raw_base ({base}) is right"
+                    f"{files.knob} ({commit}) exists in {repo} and still has "
+                    f"{files.folder}/{name}, and that github_raw_base ({base}) is right"
                 ) from None
             log(f"hf: optional {name} not found at {url} (404); continuing without it")
             if dest.exists():
                 log(f"hf: removing {dest}, which is not part of commit {commit}")
                 dest.unlink()
             records[name] = {"absent": True}
-            _save_lock_entry(lock_path, lock, MMRB2_ANNOTATION_REPO)
+            _save_lock_entry(lock_path, lock, repo)
             continue
         records[name] = {"sha256": cache.sha256(dest), "size": dest.stat().st_size}
-        _save_lock_entry(lock_path, lock, MMRB2_ANNOTATION_REPO)
+        _save_lock_entry(lock_path, lock, repo)
         origins[role] = url
-    _save_lock_entry(lock_path, lock, MMRB2_ANNOTATION_REPO)
+    _save_lock_entry(lock_path, lock, repo)
     return origins
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-import uuid
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Callable
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.dedupe.hashing import HashedImage, hash_bytes
-from pipeline.imaging import extension
+from pipeline.imaging import ImageStore
 from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
 from pipeline.staging import streaming_parquet
@@ -42,27 +41,6 @@ PRM_IMAGES_SCHEMA = pa.schema(
         ("located_at", pa.string()),  # a path reference: the file, or archive!entry, that answered it
     ]
 )
-
-
-def store_relpath(sha256: str, fmt: str | None) -> str:
-    return f"{sha256[:2]}/{sha256}.{extension(fmt)}"
-
-
-class ImageStore:
-    """Content-addressed files; writing the same content twice is a no-op."""
-
-    def __init__(self, root: Path):
-        self.root = root
-
-    def put(self, sha256: str, fmt: str | None, data: bytes) -> str:
-        rel = store_relpath(sha256, fmt)
-        target = self.root / rel
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-        return rel
 
 
 def _media_items(batch: pa.RecordBatch):

@@ -238,3 +238,22 @@ def parse_prm(con: duckdb.DuckDBPyConnection, threshold: float = 0.0) -> dict[st
         "prm_steps": con.sql(STEPS_SQL).to_arrow_table(),
         "quarantine": con.sql(QUARANTINE_SQL).to_arrow_table(),
     }
+
+
+def sample_records(root) -> dict[str, pa.Table]:
+    """The record tables this parser makes of the embedded sample (written under `root`), its
+    record contract enforced (DatasetSpec.sample_records: tests derive their cases from it)."""
+    from pathlib import Path
+
+    from pipeline.contract import enforce
+    from pipeline.settings import QualitySettings
+    from pipeline.visualprm.contract import contracts
+    from pipeline.visualprm.readers import connect, load_parquet_input
+    from pipeline.visualprm.sample import PARQUET_RELPATH, write_visualprm_sample
+
+    write_visualprm_sample(Path(root))
+    con = connect()
+    load_parquet_input(con, [Path(root) / PARQUET_RELPATH])
+    tables = parse_prm(con)
+    tables.pop("quarantine")
+    return enforce("visualprm", tables, contracts(QualitySettings())).tables

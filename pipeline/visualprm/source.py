@@ -18,6 +18,9 @@ Roles in the RawSnapshot (paths relative to the source root, posix):
                                each image being hashed
 
 The parquet form wins when both are present. Neither present -> `snapshot_visualprm` returns None.
+
+The `hf` source downloads the parquet form from the Hub (`fetch_visualprm_hf`, through the pinned,
+verified, resumable downloads of pipeline/sources/hf.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pipeline.settings import VISUALPRM_REPO, VISUALPRM_UPSTREAM_REPO
 from pipeline.settings import Layout, Settings
 from pipeline.sources import Log, fetch_by_source
 from pipeline.sources.base import ChecksumCache, RawFile, RawSnapshot, SourceError
+from pipeline.sources.hf import HubFiles, fetch_hub_files, record_files
 
 PARQUET_DIR = Path(VISUALPRM_REPO)
 UPSTREAM_DIR = Path(VISUALPRM_UPSTREAM_REPO)
@@ -42,6 +46,10 @@ PARQUET_ROLE = "prm_parquet"
 JSONL_ROLE = "prm_jsonl"
 ZIP_ROLE = "prm_images_zip"
 LISTING_ROLE = "prm_images_listing"
+
+# The parquet form's commit on the Hub. None means "lock on first fetch": the first fetch resolves
+# `main` to its commit sha and records it in sources.lock.json; later fetches reuse it.
+VISUALPRM_REVISION: str | None = None
 
 _SHARD = re.compile(r"data/train-[^/]*\.parquet")
 _LFS_POINTER = b"version https://git-lfs.github.com/spec/"
@@ -241,9 +249,43 @@ def image_roots(settings: Settings) -> list[Path]:
     return roots
 
 
+SHARD_FILES = HubFiles(
+    repo=VISUALPRM_REPO,
+    wanted=PARQUET_GLOB,
+    knob="hf_visualprm_revision / VISUALPRM_REVISION",
+    select=lambda files: sorted(f for f in files if is_parquet_shard(f)),
+    local_globs=(PARQUET_GLOB,),
+    recorded=lambda e: dict(e["files"]) if isinstance(e.get("files"), dict) and e["files"] else None,
+    record=record_files,
+)
+
+
+def fetch_visualprm_hf(
+    raw_root: Path,
+    cache: ChecksumCache,
+    *,
+    hf_endpoint: str | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    log: Log = lambda s: None,
+) -> RawSnapshot:
+    """Download (or reuse) the VisualPRM400K parquet shards into `raw_root/mm-eval/VisualPRM400K/`.
+
+    The revision is `revision` (a commit sha, or a branch/tag resolved to one), else
+    `VISUALPRM_REVISION`, else the one locked in `raw_root/sources.lock.json`, else `main` locked
+    now. Shards the pinned revision no longer lists are removed. Raises SourceError.
+    """
+    sha, shards = fetch_hub_files(raw_root, cache, SHARD_FILES, revision=revision or VISUALPRM_REVISION,
+                                  hf_endpoint=hf_endpoint, token=token, log=log)
+    origins = {f"{PARQUET_ROLE}:{VISUALPRM_REPO}/{name}": f"{VISUALPRM_REPO}@{sha}/{name}" for name in shards}
+    snap = snapshot_visualprm(raw_root, "hf", cache, origins=origins, revisions={VISUALPRM_REPO: sha})
+    if snap is None:  # only if the shards vanished between download and inventory
+        raise SourceError(f"hf source: the {VISUALPRM_REPO} shards downloaded to {raw_root} are gone; run again")
+    return snap
+
+
 def fetch_visualprm(settings: Settings, layout: Layout, log: Log = lambda s: None) -> RawSnapshot | None:
     """VisualPRM400K's raw files (parquet shards, or InternVL jsonl + images)."""
-    from pipeline.sources.hf import fetch_visualprm_hf
     from pipeline.visualprm.sample import VISUALPRM_SAMPLE_VERSION, write_visualprm_sample
 
     return fetch_by_source(

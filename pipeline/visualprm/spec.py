@@ -25,6 +25,7 @@ SPEC = DatasetSpec(
     image_stages=("unpack", "resolve", "decode", "hash"),
     fetch="pipeline.visualprm.source:fetch_visualprm",
     sample="pipeline.visualprm.sample:write_visualprm_sample",
+    sample_records="pipeline.visualprm.parse:sample_records",
     assets="assets.visualprm",
     raw_asset="visualprm_raw",
     staged_assets=("visualprm_samples", "visualprm_images", "visualprm_export"),
@@ -33,7 +34,7 @@ SPEC = DatasetSpec(
     gate=(GateRule("step_label_distribution", "labels only +/-, 1..max_steps steps per sample, positive rates within bounds",
                    "pipeline.visualprm.gate:step_labels"),),
     drift=(("label_distribution_psi", LABEL_DISTRIBUTION), ("steps_per_sample_psi", STEPS_DISTRIBUTION)),
-    review_images="pipeline.review.sources:visualprm_images",
+    review_images="pipeline.visualprm.review:visualprm_images",
     image_records=(
         "select r.ref as image_key, s.sample_id as record, s.in_export from prm_samples s, unnest(s.image_refs) as r(ref)"
     ),

@@ -17,7 +17,6 @@ is quarantined at `parse` by `pipeline.contract.enforce`; an image that does not
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -26,10 +25,10 @@ from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.contract import enforce
-from pipeline.dedupe.hashing import HashedImage, default_workers, hash_bytes
+from pipeline.embedded import check_images
+from pipeline.dedupe.hashing import HashedImage, default_workers
 from pipeline.quarantine import FILE_STAGE, Rejection, whole_file_faults
 from pipeline.settings import QualitySettings, ZipLimits
 from pipeline.staging import streaming_parquet
@@ -55,16 +54,6 @@ class Parsed:
         return {"vlrb_pairs": self.pairs, "vlrb_images": self.images}
 
 
-def file_problem(path: Path) -> str | None:
-    """Why a shard cannot be used at all (unreadable, or not in the upstream format), or None."""
-    try:
-        schema = pq.read_schema(path)
-    except Exception as exc:  # pyarrow raises several types for a damaged file
-        return f"unreadable parquet: {exc}"
-    problem = SHARD.problem(schema)
-    return f"parquet {problem}" if problem else None
-
-
 def _text(value) -> str | None:
     return value if isinstance(value, str) else None if value is None else str(value)
 
@@ -80,7 +69,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
     with ThreadPoolExecutor(default_workers(), thread_name_prefix="vlrb images") as pool:
         for number, path in enumerate(files):
             name = Path(path).relative_to(root).as_posix() if root else Path(path).name
-            problem = file_problem(path)
+            problem = SHARD.parquet_problem(path)
             if problem:
                 rejected.append(Rejection(DATASET, FILE_STAGE, name, problem))
                 continue
@@ -90,7 +79,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
             try:
                 for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
                     batch_rows = batch.to_pylist()
-                    keys, checked_images = _check_images(batch_rows, images, limits, pool)
+                    keys, checked_images = check_images(DATASET, batch_rows, images, limits, pool)
                     for row, key in zip(batch_rows, keys):
                         done += 1
                         read[number][1] += 1
@@ -107,7 +96,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
                         pairs.append(pair)
                     if progress:
                         progress(done)
-            except Exception as exc:  # a shard damaged past its footer: what was read stays, the file is named
+            except (OSError, pa.ArrowException) as exc:  # a shard damaged past its footer: what was read stays, the file is named
                 rejected.append(Rejection(DATASET, FILE_STAGE, name, f"unreadable after {done} rows: {exc}"))
                 del read[number]
     parsed = pa.Table.from_pylist(pairs, schema=PAIRS_SCHEMA)
@@ -148,29 +137,10 @@ def _pair(row: dict, number: int, seen: dict, rejected: list) -> dict | None:
     }
 
 
-def _check_images(rows: list[dict], images: dict, limits: ZipLimits, pool) -> tuple[list, dict]:
-    """Each row's image key (None without embedded bytes), and the batch's images not met before,
-    checked and hashed over the pool's threads (Pillow's decode and resize let go of the GIL):
-    key -> `_image`'s result. The caller takes them in row order, so rows and quarantine come out
-    as when each was checked in turn."""
-    keys, todo = [], {}
-    for row in rows:
-        image = row.get("image")
-        data = image.get("bytes") if isinstance(image, dict) else None
-        key = None if data is None else f"sha256:{hashlib.sha256(data).hexdigest()}"
-        keys.append(key)
-        if key is not None and key not in images:
-            todo.setdefault(key, data)
-    return keys, dict(zip(todo, pool.map(lambda item: _image(item[0], item[1], limits), todo.items())))
+def sample_records(root: Path) -> dict[str, pa.Table]:
+    """The record tables this parser makes of the embedded sample (written under `root`), its
+    record contract enforced (DatasetSpec.sample_records: tests derive their cases from it)."""
+    from pipeline.vlrb.sample import RELPATH, write_vlrb_sample
 
-
-def _image(key: str, data: bytes, limits: ZipLimits) -> tuple[dict, HashedImage | None, Rejection | None]:
-    """An image's row, its hashes when it decodes, and the rejection when it does not."""
-    row = {"image_key": key, "sha256": key.split(":", 1)[1], "bytes": len(data), "width": None, "height": None,
-           "format": None, "status": "corrupt"}
-    if len(data) > limits.max_entry_bytes:
-        return row, None, Rejection(DATASET, "decode", key, f"{len(data)} bytes exceeds the {limits.max_entry_bytes}-byte limit")
-    h = hash_bytes(key, data, limits.max_image_pixels)
-    if h.error is not None:
-        return row, None, Rejection(DATASET, "decode", key, h.error)
-    return {**row, "width": h.width, "height": h.height, "format": h.format, "status": "ok"}, h, None
+    write_vlrb_sample(Path(root))
+    return {"vlrb_pairs": parse_vlrb([Path(root) / RELPATH], ZipLimits(), QualitySettings()).tables()["vlrb_pairs"]}

@@ -13,13 +13,12 @@ import re
 from pathlib import Path
 
 from pipeline.settings import Layout, Settings
-from pipeline.sources.base import ChecksumCache, RawFile, RawSnapshot, SourceError
+from pipeline.sources.base import ChecksumCache, RawSnapshot, SourceError
 
 REPO = "MMInstruction/VL-RewardBench"
 PARQUET_GLOB = "data/test-*.parquet"
 ROLE = "vlrb_parquet"
 _SHARD = re.compile(r"data/test-[^/]*\.parquet")
-_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 
 
 def is_shard(relpath: str) -> bool:
@@ -33,26 +32,9 @@ def shards(snapshot: RawSnapshot | None) -> list[Path]:
 def snapshot_vlrb(root: Path, source: str, cache: ChecksumCache, *, origins: dict | None = None,
                   revisions: dict | None = None) -> RawSnapshot | None:
     """The shards under `root` in the upstream layout, checksummed; None when there are none."""
-    root = root.resolve()
-    folder = root / REPO
-    found = sorted(p for p in folder.glob(PARQUET_GLOB) if p.is_file())
-    if not found:
-        if folder.is_dir() and any(p.is_file() for p in folder.rglob("*")):
-            raise SourceError(f"{source} source: {folder} holds files but no {PARQUET_GLOB}; "
-                              "complete the download or remove the folder")
-        return None
-    files = []
-    for path in found:
-        with open(path, "rb") as fh:
-            if fh.read(len(_LFS_POINTER)) == _LFS_POINTER:
-                raise SourceError(f"{source} source: VL-RewardBench file {path} is a git-lfs pointer, not the data; "
-                                  "run `git lfs pull` in that clone (or download the file) and try again")
-        rel = path.relative_to(root).as_posix()
-        role = f"{ROLE}:{rel}"
-        files.append(RawFile(role=role, path=str(path), sha256=cache.sha256(path), size=path.stat().st_size,
-                             origin=(origins or {}).get(role, str(path))))
-    cache.save()
-    return RawSnapshot(source=source, root=str(root), files=tuple(files), revisions=dict(revisions or {}))
+    from pipeline.sources import snapshot_shards
+
+    return snapshot_shards(root, REPO, PARQUET_GLOB, ROLE, "VL-RewardBench", source, cache, origins=origins, revisions=revisions)
 
 
 def fetch_vlrb(settings: Settings, layout: Layout, log=lambda s: None) -> RawSnapshot | None:

@@ -20,11 +20,12 @@ SPEC = DatasetSpec(
     image_stages=("decode",),
     fetch="pipeline.vlrb.source:fetch_vlrb",
     sample="pipeline.vlrb.sample:write_vlrb_sample",
+    sample_records="pipeline.vlrb.parse:sample_records",
     assets="assets.vlrb",
     raw_asset="vlrb_raw",
     staged_assets=("vlrb_pairs",),
     image_asset="vlrb_pairs",
-    review_images="pipeline.review.sources:vlrb_images",
+    review_images="pipeline.vlrb.review:vlrb_images",
     image_records=(
         "select image_key, pair_id as record, null::boolean as in_export from vlrb_pairs where image_key is not null"
     ),

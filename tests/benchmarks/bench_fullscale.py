@@ -711,9 +711,9 @@ def floor_imports() -> int:
 
 
 def warm_kernels() -> int:
-    from pipeline.dedupe import kernels
+    from pipeline.dedupe import verify
 
-    kernels.warm()
+    verify.warm()
     return 1
 
 

@@ -133,6 +133,7 @@ def build():
 
 
 def main() -> int:
+    from pipeline import datasets
     from pipeline.decontam.records import image_links, record_contamination
     from pipeline.decontam.text import text_leaks
     from pipeline.dedupe.decisions import find_duplicates, hashes_table
@@ -155,7 +156,8 @@ def main() -> int:
         hashed = [hash_bytes(k, data[k]) for k in mine]
         tables.append(hashes_table(ds, hashed, {k: len(data[k]) for k in mine}))
     signatures = pa.concat_tables(tables)
-    _, contamination, _ = find_duplicates(signatures, DEFAULT_MAX_DISTANCE)
+    _, contamination, _ = find_duplicates(signatures, DEFAULT_MAX_DISTANCE, eval_sets=datasets.eval_sets(),
+                                          train_sets=datasets.train_sets())
     images_seconds = time.perf_counter() - start
     start = time.perf_counter()
     text = text_leaks(train_texts, eval_texts)

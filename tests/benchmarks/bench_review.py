@@ -117,10 +117,11 @@ def build(root: Path, n: int):
 
 
 def ours(root: Path, built, store_dir: Path, out: Path):
-    from pipeline.review import sources
+    from pipeline.mmrb2.review import mmrb2_images
     from pipeline.review.page import ReviewInput, write_review
     from pipeline.review.thumbnails import ThumbnailStore
     from pipeline.settings import Layout
+    from pipeline.visualprm.review import visualprm_images
 
     zip_path, images, clusters, contamination, near, records, tables = built
 
@@ -128,7 +129,7 @@ def ours(root: Path, built, store_dir: Path, out: Path):
         image_zip = zip_path
 
     layout = Layout(root)
-    readers = {"mmrb2": sources.mmrb2_images, "visualprm": sources.visualprm_images}
+    readers = {"mmrb2": mmrb2_images, "visualprm": visualprm_images}
 
     def reader(dataset, keys):
         return readers[dataset](Snap, tables, layout, keys)
