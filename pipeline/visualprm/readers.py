@@ -41,12 +41,7 @@ def _sql_list(paths: list[Path]) -> str:
 
 def parquet_problem(path: Path) -> str | None:
     """Why a shard cannot be parsed as the mm-eval/VisualPRM400K parquet form, or None."""
-    try:
-        schema = pq.read_schema(path)
-    except Exception as exc:  # pyarrow raises several types for a damaged file
-        return f"unreadable parquet: {exc}"
-    problem = SHARD.problem(schema)
-    return f"parquet {problem}" if problem else None
+    return SHARD.parquet_problem(path)
 
 
 def _files_table(con: duckdb.DuckDBPyConnection, counts: list[tuple[int, str, int]]) -> None:
