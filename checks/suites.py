@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 DATASOURCE = "rewardhouse"
 BATCH_DEFINITION = "whole_table"
 SAMPLE_SIZE = 5
+JSON_SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 _PARTIAL_UNEXPECTED = 20  # asked of GX, then de-duplicated down to SAMPLE_SIZE
 
 # Column kinds (pipeline/contract.py) and the pandas dtypes `to_frame` gives them (names as GX's
@@ -165,7 +166,10 @@ def _expectation(rule: Rule):
     if rule.kind == "json":
         return gxe.ExpectColumnValuesToBeJsonParseable(column=rule.column, row_condition=when)
     if rule.kind == "json_schema":
-        return gxe.ExpectColumnValuesToMatchJsonSchema(column=rule.column, json_schema=json.loads(rule.schema),
+        # GX checks the schema itself before every value (jsonschema.validate): under draft-07's
+        # meta-schema that costs a third of what 2020-12's does, and these schemas mean the same there.
+        schema = {"$schema": JSON_SCHEMA_DIALECT, **json.loads(rule.schema)}
+        return gxe.ExpectColumnValuesToMatchJsonSchema(column=rule.column, json_schema=schema,
                                                         row_condition=when, notes=rule.notes)
     if rule.kind == "greater":
         return gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=rule.column, column_B=rule.other,
