@@ -59,7 +59,7 @@ def test_the_vlrb_sample_publishes_its_planted_facts(sample_home):
     assert quarantined == {"VLRB_0003", "VLRB_0009", "VLRB_0014", "VLRB_0017", "VLRB_0024"}
     manifest = json.loads(next((sample_home / "releases").glob("*/manifest.json")).read_text())
     removed = manifest["summary"]["export"]["removed"]
-    assert set(removed["contaminated_by"]) == {"mmrb2", "vlrb"} and removed["contaminated_by"]["vlrb"] >= 1
+    assert set(removed["contaminated_by"]) == set(datasets.eval_sets()) and removed["contaminated_by"]["vlrb"] >= 1
     # The export leaves out the samples over the VL-RewardBench copy, and those whose question it copies.
     leaked = q(sample_home, """select count(*) from prm_samples where list_contains(image_refs, 'ai2d/abc_images/2524.png')
                                 and is_contaminated and not in_export""")
