@@ -20,8 +20,10 @@ run: bootstrap
 	$(UV) run --frozen $(SCALE) rewardhouse run
 
 # The whole suite needs the `scale` extra (obstore, ray) and moto's S3 server; `make run` does not.
+# Test files run side by side, one worker per core (at most 4), each file whole on one worker (its
+# module fixtures, a published release most often, are built once).
 test: bootstrap
-	$(UV) run --frozen --all-extras pytest -q
+	$(UV) run --frozen --all-extras pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test-fast: bootstrap
 	$(UV) run --frozen pytest -q -m fast

@@ -6,7 +6,10 @@ expectation built from the same rule fails on the broken table and passes on wha
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,10 +27,13 @@ CONTRACTS = datasets.table_contracts(QUALITY)
 
 
 @lru_cache(maxsize=1)
-def parsed_samples(root: str = "/tmp/rewardhouse-contract-samples") -> dict[str, dict[str, pa.Table]]:
+def parsed_samples() -> dict[str, dict[str, pa.Table]]:
     """Each dataset's record tables as its parser leaves them, from the embedded samples (already
-    enforced: the samples' planted bad records are gone), as each DatasetSpec.sample_records makes them."""
-    return {spec.name: load(spec.sample_records)(Path(root) / spec.name) for spec in datasets.DATASETS}
+    enforced: the samples' planted bad records are gone), as each DatasetSpec.sample_records makes them.
+    The samples are written to a folder of this process's own (pytest workers run side by side)."""
+    root = Path(tempfile.mkdtemp(prefix="rewardhouse-contract-samples-"))
+    atexit.register(shutil.rmtree, root, True)
+    return {spec.name: load(spec.sample_records)(root / spec.name) for spec in datasets.DATASETS}
 
 
 def record_cases() -> list[tuple[str, str, Rule]]:
