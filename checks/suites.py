@@ -234,6 +234,7 @@ def validate_tables(
     import great_expectations as gx
 
     run_id = gx.RunIdentifier(run_name=_safe_run_name(run_name))
+    _no_frame_fingerprint()
     datasource = _datasource(context)
     results: dict[str, TableResult] = {}
     for table in suite_tables():
@@ -259,6 +260,16 @@ def validate_tables(
     index = _build_docs(context, run_id, list(results))
     log.info("built GX Data Docs in %.2f s: %s", time.perf_counter() - started, index)
     return results, index
+
+
+def _no_frame_fingerprint() -> None:
+    """GX's pandas engine md5s every frame under HASH_THRESHOLD bytes (`hash_pandas_object` over
+    every cell) only to store it as a batch marker, `pandas_data_fingerprint`: about a second for
+    the 282k step texts of a full-scale `prm_steps`. Here the run name carries the release id,
+    which names what the tables were built from, so the marker adds nothing: the threshold is 0."""
+    from great_expectations.execution_engine import pandas_execution_engine
+
+    pandas_execution_engine.HASH_THRESHOLD = 0
 
 
 def _open_context(docs_root: Path):
