@@ -49,8 +49,10 @@ TABLE = table(3)
 def test_edited_copies_are_accepted_by_the_rule_that_fits(name, edit, kind, image):
     im = {"photo": PHOTO, "chart": CHART, "diagram": DIAGRAM, "page": PAGE, "table": TABLE}[image]
     got, score, _ = judge(encode(im), edit(im))
-    if (image, name) == ("page", "crop 7 %"):
-        kind = ("crop", "overlay")  # text lines resampled 7 % larger: a few cells of residual may remain
+    if (image, name) in (("page", "crop 7 %"), ("chart", "crop 4 %")):
+        # text resampled 4-7 % larger (lines of a page, a chart's tick labels): a band of residual
+        # may remain, which a band rule (Rule.band_max) names an overlay
+        kind = ("crop", "overlay")
     assert got in kind and SAME <= score <= 1.0, (image, name, got, score)
 
 
@@ -154,6 +156,9 @@ LOOK_ALIKES = [pytest.param(*case, id=case[2]) for case in [
     # both images, one colour there and another here, is a recolouring, not something put over it
     (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.35, 0.8, 0.55, 0.75, 0.2]), "one bar taller"),
     (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.35, 0.8, 0.45, 0.62, 0.2]), "one bar shorter"),
+    # two neighbouring bars of other heights: one block, flat over less of it (the outlines and the
+    # gap between the bars are not), which the seam test refuses (kernels._seam)
+    (bar_chart([0.35, 0.8, 0.55, 0.62, 0.2]), bar_chart([0.35, 0.6, 0.4, 0.62, 0.2]), "two neighbouring bars shorter"),
     (photo(11), photo(12), "two photos"),
     (table(3), table(4), "two tables of one layout, other numbers"),
     (table(3), table(5), "two tables of one layout, other numbers (2)"),
@@ -167,6 +172,23 @@ def test_unrelated_look_alikes_are_refused(a, b, why):
         assert kind is None, (why, kind, score)
     kind, score, _ = judge(encode(a), encode(b, "JPEG", 80))
     assert kind is None, (why, "re-encoded", kind, score)
+
+
+def test_a_bar_grown_is_refused_by_the_seam_where_a_box_put_over_the_chart_is_not():
+    """Two neighbouring bars cut shorter differ in one compact block, as a box laid over the chart
+    would; what tells them apart is how each image meets the block's sides: the taller bars' sides
+    run down its sides, the shorter bars' tops along its bottom, in both images. A box put over the
+    chart leaves the chart under it whole across its sides."""
+    a, b = encode(CHART), encode(bar_chart([0.35, 0.6, 0.4, 0.62, 0.2]))
+    loose = replace(DEFAULT_RULE, seam_max=1.0, flat_max=1.0)
+    x, y = hash_bytes("a", a), hash_bytes("b", b)
+    thumbs = [np.frombuffer(h.thumb, np.uint8)[None] for h in (x, y)]
+    assert compare(*thumbs, rule=loose).kind[0] == "overlay", "without the seam and flat tests they would join"
+    v = compare(*thumbs)
+    assert v.kind[0] is None and v.identity.seam[0] > DEFAULT_RULE.seam_max, v.identity
+    boxed = corner_box(CHART, size=(160, 60), corner="top-right")
+    w = judge(a, encode(boxed, "JPEG", 90))[2]
+    assert w.kind[0] == "overlay" and w.identity.seam[0] <= DEFAULT_RULE.seam_max, w.identity
 
 
 @pytest.mark.parametrize("a, b", [(3, 4), (3, 5), (4, 5)])
@@ -192,28 +214,22 @@ def test_a_photo_gets_no_second_look():
     assert hash_bytes("t", encode(table(3))).fine is not None
 
 
-BAND = replace(DEFAULT_RULE, band_max=0.15)  # the tuning grid's other value of band_max
+NO_BAND = replace(DEFAULT_RULE, band_max=0.0)  # the tuning grid's other value of band_max: every region needs its fill
 
 
 @pytest.mark.parametrize("make", [lambda: bar_chart([0.3, 0.7, 0.5, 0.9]), lambda: text_page(3)])
 def test_a_watermark_is_an_overlay_when_a_band_needs_no_fill(make):
     """A line of thin half-transparent letters differs over a fifth of its box: under `band_max` a
-    band a tenth of the frame high and much wider needs no fill, and the watermark is an overlay."""
+    band a tenth of the frame high and much wider needs no fill, and the watermark is an overlay
+    (without it, the fill test refuses it)."""
     im = make()
     x, y = (np.frombuffer(hash_bytes(k, v).thumb, np.uint8)[None]
             for k, v in (("a", encode(im)), ("b", encode(watermark(im, at=(0.05, 0.8)), "JPEG", 90))))
-    v = compare(x, y, rule=BAND)
+    v = compare(x, y)
     assert v.kind[0] == "overlay" and v.identity.fill[0] < DEFAULT_RULE.fill_min
     y0, y1, _, _ = v.identity.box[0]
     assert y1 - y0 <= 3  # cells of 1/16: the band, not the page
-
-
-@pytest.mark.parametrize("a, b, why", [p.values for p in LOOK_ALIKES])
-def test_look_alikes_stay_apart_when_a_band_needs_no_fill(a, b, why):
-    hx, hy = (hash_bytes(k, encode(im)) for k, im in (("a", a), ("b", b)))
-    x, y = (np.frombuffer(h.thumb, np.uint8)[None] for h in (hx, hy))
-    for (first, f1), (second, f2) in (((x, hx), (y, hy)), ((y, hy), (x, hx))):
-        assert not compare(first, second, rule=BAND, fine_a=[f1.fine], fine_b=[f2.fine]).accepted[0], why
+    assert not compare(x, y, rule=NO_BAND).accepted[0]
 
 
 def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():

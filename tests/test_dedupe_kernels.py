@@ -162,3 +162,35 @@ def test_the_verdict_does_not_depend_on_which_image_comes_first():
     assert list(one.kind) == list(other.kind) and np.array_equal(one.accepted, other.accepted)
     assert np.allclose(one.score, other.score, atol=0.01)
     assert one.accepted[:-1].sum() >= len(a) - 3 and not one.accepted[-1]
+
+
+def _page_with_block(seed: int, box=(60, 196, 40, 216)) -> np.ndarray:
+    """A 256 px white page whose only content is a block of dark strokes (a table's words)."""
+    rng = np.random.default_rng(seed)
+    x = np.full((256, 256), 250, np.uint8)
+    y0, y1, x0, x1 = box
+    for row in range(y0, y1, 8):  # lines of "words": dark runs 2 px high
+        for col in range(x0, x1, 12):
+            if rng.random() < 0.5:
+                x[row:row + 2, col:col + rng.integers(4, 10)] = 30
+    return x
+
+
+def test_the_second_look_refuses_a_region_that_is_all_of_the_content():
+    """Two pages whose only content is one block of other words differ in one compact region, with
+    no stray cell: the region hides all the content and differs in most of its cells, so the
+    second look refuses it. A box of other words over a quarter of one page's block does not."""
+    from pipeline.dedupe import fine
+
+    rule = DEFAULT_RULE
+    a, b = _page_with_block(1), _page_with_block(2)
+    boxed = a.copy()
+    boxed[60:100, 40:100] = _page_with_block(3)[60:100, 40:100]
+    res = np.zeros((2, fine.FIGURES))
+    fine.fine_pairs(np.stack([a, a]), np.stack([b, boxed]), np.tile(np.array(WHOLE, np.float64), (2, 1)),
+                    rule.luma_tol, rule.fine_stray, rule.hidden_max, rule.fill_min, res)
+    other, box = res
+    assert other[0] < rule.fine_stray and other[4] > rule.hidden_max and other[5] >= rule.fill_min, other
+    assert box[0] < rule.fine_stray and box[4] <= rule.hidden_max, box
+    from pipeline.dedupe.verify import _fine_refuses
+    assert _fine_refuses(res, rule).tolist() == [True, False]

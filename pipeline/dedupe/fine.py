@@ -13,14 +13,17 @@ keeps the first look's verdict) is judged again there:
 2. **Decision**: the largest group of differing cells (joined one empty cell apart) is the one
    region a copy may differ in (a caption, a box, a watermark); what differs outside its bounding
    box are *stray cells*. A look-alike differs in scattered places: other numbers in many cells of
-   a table, other words across a page. Under `fine_stray` stray cells the pair stays accepted.
-3. Otherwise two more readings, each standing when it leaves fewer stray cells: **blur** (a
-   blurred or resized copy is smoother than its original: the sharper image is blurred by [1 2 1]
-   passes, sigma 0.7 to 2 px, while the mean absolute difference after the tone curve keeps
-   falling; the smoother is never sharpened), then **alignment** refined at 256 px
-   (kernels._fit, Gauss-Newton on the 128 and 256 px images from the first look's: a quarter
-   pixel at 64 px is a pixel here) with the blur match. `fine_stray` stray cells or more in the
-   reading that stands refuse the pair.
+   a table, other words across a page. `fine_stray` stray cells refuse the pair; so does a region
+   that hides more than `hidden_max` of the content (verify.Rule) and differs in `fill_min` of its
+   cells that hold any: a table whose every row holds other numbers is one dense region at 256 px,
+   and it is the whole table.
+3. When the reading refuses, two more: **blur** (a blurred or resized copy is smoother than its
+   original: the sharper image is blurred by [1 2 1] passes, sigma 0.7 to 2 px, while the mean
+   absolute difference after the tone curve keeps falling; the smoother is never sharpened), then
+   **alignment** refined at 256 px (kernels._fit, Gauss-Newton on the 128 and 256 px images from
+   the first look's: a quarter pixel at 64 px is a pixel here) with the blur match. The first
+   reading that does not refuse stands; when every one refuses, the pair is refused (the figures
+   of the reading with the fewest stray cells are kept).
 
 `fine_stray` is chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py like the
 first look's parameters and reported on the held-back half.
@@ -39,6 +42,7 @@ FINE_GRID = 32  # the residual map is read in FINE_GRID x FINE_GRID cells (8 px 
 FINE_CELL_MIN = 3  # differing pixels that make a cell differ
 BLUR_PASSES = (1, 2, 4, 8)  # [1 2 1] passes tried on the sharper image (sigma sqrt(passes / 2))
 MAX_CROP = 0.15  # kernels.ALIGN_MAX_CROP: a refined alignment that leaves out more is not used
+FIGURES = 6  # what fine_pair writes per pair
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -139,7 +143,8 @@ def _refined(la, lb, al):
 
 @njit(**_JIT)
 def _stray(d):
-    """(stray cells, differing cells) of a residual map (module docstring, step 4)."""
+    """(stray cells, differing cells, the largest group's box y0, y1, x0, x1 in cells) of a
+    residual map (module docstring, step 2)."""
     s = d.shape[0]
     g = FINE_GRID
     cp = s // g
@@ -151,6 +156,7 @@ def _stray(d):
     cells = counts >= FINE_CELL_MIN
     stray = 0
     total = 0
+    y0, y1, x0, x1 = 0, 0, 0, 0
     if cells.any():
         main = K._largest_group(cells)
         y0, y1, x0, x1 = g, 0, g, 0
@@ -164,46 +170,91 @@ def _stray(d):
                     total += 1
                     if not (y0 <= i < y1 and x0 <= j < x1):
                         stray += 1
-    return stray, total
+    return stray, total, y0, y1, x0, x1
 
 
 @njit(**_JIT)
-def fine_pair(la, lb, al, tol, max_stray, res):
+def _hidden(d, bga, bgb, y0, y1, x0, x1):
+    """(hidden, fill) of the cell box y0..y1, x0..x1: the share of the content (pixels off the plain
+    background, kernels.background) inside it, the smaller of the two images'; and the share of
+    its cells holding content (in either image) whose pixels differ (FINE_CELL_MIN of them)."""
+    s = bga.shape[0]
+    cp = s // FINE_GRID
+    hidden = 1.0
+    for bg in (bga, bgb):
+        inside = total = 0
+        for i in range(s):
+            for j in range(s):
+                if not bg[i, j]:
+                    total += 1
+                    inside += y0 * cp <= i < y1 * cp and x0 * cp <= j < x1 * cp
+        hidden = min(hidden, inside / max(total, 1))
+    content = differing = 0
+    for ci in range(y0, y1):
+        for cj in range(x0, x1):
+            has, n = False, 0
+            for i in range(ci * cp, ci * cp + cp):
+                for j in range(cj * cp, cj * cp + cp):
+                    has = has or not (bga[i, j] and bgb[i, j])
+                    n += d[i, j]
+            content += has
+            differing += has and n >= FINE_CELL_MIN
+    return hidden, differing / max(content, 1)
+
+
+@njit(**_JIT)
+def fine_pair(la, lb, al, tol, max_stray, hidden_max, fill_min, res):
     """One pair's second look: res = (stray cells, differing cells, differing share of the frame,
-    the reading that stood: 0 as aligned, 1 blur-matched, 2 at the refined alignment). Cheapest
-    first: a reading under max_stray stray cells ends the look (most copies stop at the first);
-    otherwise the one with the fewest stands. (Not a cheaper reading first: a map that differs more
-    densely can leave fewer stray cells, its largest group spanning the frame.)"""
+    the reading that stood: 0 as aligned, 1 blur-matched, 2 at the refined alignment, the share of
+    the content inside the largest group's box, the share of that box's cells holding content that
+    differ). A reading refuses with max_stray stray cells or more, or a box hiding more than
+    hidden_max of the content and differing in fill_min of its cells. Cheapest first: a reading
+    that does not refuse ends the look (most copies stop at the first); otherwise the one with the
+    fewest stray cells stands. (Not a cheaper reading first: a map that differs more densely can
+    leave fewer stray cells, its largest group spanning the frame.)"""
     s = la.shape[0]
     xa = K.warp(la, al[0], al[1], al[2], al[3])
     xb = K.warp(lb, al[4], al[5], al[6], al[7])
     alo, ahi = K.envelope(xa, 2)
     blo, bhi = K.envelope(xb, 2)
+    bga, bgb = K.background(xa, alo, ahi), K.background(xb, blo, bhi)
     d, n = K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
-    stray, total = _stray(d)
-    which = 0
-    if stray >= max_stray:
-        d, n2 = _residual(la, lb, al, tol, True)
-        st2, tot2 = _stray(d)
-        if st2 < stray:
-            stray, total, n, which = st2, tot2, n2, 1
-    if stray >= max_stray:
-        al2, ok = _refined(la, lb, al.astype(np.float64))
-        if ok:
-            d, n2 = _residual(la, lb, al2, tol, True)
-            st2, tot2 = _stray(d)
-            if st2 < stray:
-                stray, total, n, which = st2, tot2, n2, 2
-    res[0] = stray
-    res[1] = total
-    res[2] = min(n, s * s) / (s * s)
-    res[3] = which
+    best = np.zeros(6)
+    _reading(d, n, 0, bga, bgb, s, best)
+    for which in (1, 2):
+        if not _refuses(best, max_stray, hidden_max, fill_min):
+            break
+        if which == 1:
+            d, n = _residual(la, lb, al, tol, True)
+        else:
+            al2, ok = _refined(la, lb, al.astype(np.float64))
+            if not ok:
+                break
+            d, n = _residual(la, lb, al2, tol, True)
+        cur = np.zeros(6)
+        _reading(d, n, which, bga, bgb, s, cur)
+        if not _refuses(cur, max_stray, hidden_max, fill_min) or cur[0] < best[0]:
+            best[:] = cur
+    res[:6] = best
 
 
 @njit(**_JIT)
-def fine_pairs(la, lb, aligns, tol, max_stray, res):
+def _reading(d, n, which, bga, bgb, s, out):
+    """One reading's figures (fine_pair's res) from its residual map d with n differing pixels."""
+    stray, total, y0, y1, x0, x1 = _stray(d)
+    out[0], out[1], out[2], out[3] = stray, total, min(n, s * s) / (s * s), which
+    out[4], out[5] = _hidden(d, bga, bgb, y0, y1, x0, x1) if total else (0.0, 0.0)
+
+
+@njit(**_JIT)
+def _refuses(r, max_stray, hidden_max, fill_min):
+    return r[0] >= max_stray or (r[4] > hidden_max and r[5] >= fill_min)
+
+
+@njit(**_JIT)
+def fine_pairs(la, lb, aligns, tol, max_stray, hidden_max, fill_min, res):
     for k in range(la.shape[0]):
-        fine_pair(la[k], lb[k], aligns[k], tol, max_stray, res[k])
+        fine_pair(la[k], lb[k], aligns[k], tol, max_stray, hidden_max, fill_min, res[k])
 
 
 def warm() -> None:
@@ -213,7 +264,7 @@ def warm() -> None:
     lb = la.copy()
     lb[0, 80:100, 80:100] = 30
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]])
-    fine_pairs(la, lb, al, 12.0, 0, np.zeros((1, 4)))
+    fine_pairs(la, lb, al, 12.0, 0, 0.5, 0.5, np.zeros((1, FIGURES)))
 
 
 def unpack(blob: bytes) -> np.ndarray:
@@ -221,11 +272,12 @@ def unpack(blob: bytes) -> np.ndarray:
     return np.frombuffer(zlib.decompress(blob), np.uint8).reshape(FINE_SIDE, FINE_SIDE)
 
 
-def second_look(fine_a: list, fine_b: list, aligns: np.ndarray, tol: float, max_stray: int) -> np.ndarray:
-    """(B, 4) figures of fine_pair for pairs whose two fine lumas are both there (packed bytes);
+def second_look(fine_a: list, fine_b: list, aligns: np.ndarray, tol: float, max_stray: int, hidden_max: float,
+                fill_min: float) -> np.ndarray:
+    """(B, FIGURES) figures of fine_pair for pairs whose two fine lumas are both there (packed bytes);
     NaN rows for the others (no second look)."""
     n = len(fine_a)
-    out = np.full((n, 4), np.nan)
+    out = np.full((n, FIGURES), np.nan)
     have = [k for k in range(n) if fine_a[k] is not None and fine_b[k] is not None]
     if not have:
         return out
@@ -239,7 +291,8 @@ def second_look(fine_a: list, fine_b: list, aligns: np.ndarray, tol: float, max_
 
     la = np.stack([get(fine_a[k]) for k in have])
     lb = np.stack([get(fine_b[k]) for k in have])
-    res = np.zeros((len(have), 4))
-    fine_pairs(la, lb, np.ascontiguousarray(np.asarray(aligns, np.float64)[have]), float(tol), int(max_stray), res)
+    res = np.zeros((len(have), FIGURES))
+    fine_pairs(la, lb, np.ascontiguousarray(np.asarray(aligns, np.float64)[have]), float(tol), int(max_stray),
+               float(hidden_max), float(fill_min), res)
     out[have] = res
     return out

@@ -155,13 +155,17 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                     f"{e['fill'] * 100:.0f} %)" if e["region"] else "none")
                  + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %)"
                  + (f"; its inside flat in both images {e['flat'] * 100:.0f} % (<= {r.flat_max * 100:g} %, or edges "
-                    f"over {e['edges'] * 100:.2f} % of the frame >= {r.edges_min * 100:g} %)" if e["region"] else "")
+                    f"over {e['edges'] * 100:.2f} % of the frame >= {r.edges_min * 100:g} %); the image that "
+                    f"continues best across its sides breaks on {e['seam'] * 100:.0f} % of the worst one (<= "
+                    f"{r.seam_max * 100:g} % with a plain background)" if e["region"] else "")
                  + f"; score {e['score']:.4f}")
     look = e["second_look"]
     if look is not None:
         lines.append(f"second look at 256 px (both have a plain background): {look['stray_cells']} differing 8 px cells "
                      f"outside the one region (refused at >= {look['refuses_at']}), {look['differing_cells']} in all, "
-                     f"{look['differing'] * 100:.2f} % of the frame"
+                     f"{look['differing'] * 100:.2f} % of the frame; the one region holds {look['hidden'] * 100:.0f} % "
+                     f"of the content and differs in {look['fill'] * 100:.0f} % of its cells that hold any (refused above "
+                     f"{look['hidden_max'] * 100:g} % and from {look['fill_min'] * 100:g} %)"
                      + ("; the alignment refined there" if look["alignment_refined"] else ""))
     elif any(h.fine is None for h in (ha, hb)):
         lines.append("second look: none (" + ("neither has" if ha.fine is None and hb.fine is None else "one has no")

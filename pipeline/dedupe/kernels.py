@@ -585,10 +585,62 @@ def _flat_inside(xa, xb, diff, y0, y1, x0, x1):
     return (flat / inner if inner >= INTERIOR_MIN * s * s else 0.0), structured / (s * s)
 
 
+SEAM_STEP = 32  # grey levels between the two flat sides of a step
+SEAM_FLAT = 12  # grey levels two pixels in a row may differ and still be one flat side
+SEAM_MIN_SIDE = 3  # pixels a side needs to be read
+
+
+@njit(**_JIT)
+def _step_at(x, y, k, inner, outer, d, vertical):
+    """Does x step across a side at position k where y does not: two flat pixels inside (inner,
+    inner + d) and two outside (outer, outer - d), the two pairs SEAM_STEP apart, and y's inside
+    SEAM_STEP from x's (an edge both images show, a bar's side beside a caption, is no break)?"""
+    if vertical:
+        i0, i1, o0, o1, j0 = x[k, inner], x[k, inner + d], x[k, outer], x[k, outer - d], y[k, inner]
+    else:
+        i0, i1, o0, o1, j0 = x[inner, k], x[inner + d, k], x[outer, k], x[outer - d, k], y[inner, k]
+    i0, i1, o0, o1, j0 = np.int32(i0), np.int32(i1), np.int32(o0), np.int32(o1), np.int32(j0)
+    return (abs(i0 - i1) <= SEAM_FLAT and abs(o0 - o1) <= SEAM_FLAT and abs(i0 - o0) > SEAM_STEP
+            and abs(i0 - j0) > SEAM_STEP)
+
+
+@njit(**_JIT)
+def _seam_side(x, y, lo, hi, inner, outer, d, vertical):
+    """The share of a side's positions (lo..hi along it) where x breaks across it (_step_at)."""
+    n = 0
+    for k in range(lo, hi):
+        n += _step_at(x, y, k, inner, outer, d, vertical)
+    return n / max(hi - lo, 1)
+
+
+@njit(**_JIT)
+def _seam(x, y, ty0, ty1, tx0, tx1):
+    """How the picture x meets a differing region's tight box (ty0..ty1, tx0..tx1), y being the
+    other image: of the box's sides clear of the frame's edge, the largest share of a side along
+    which x steps between two flat areas (2-3 px inside against 2-3 px outside, clear of an outline
+    drawn along it) where y shows something else inside. Something put over a figure leaves the
+    figure under it whole: the box's sides fall where they fall, and the image without it breaks
+    along them only by chance. A bar grown, a slice turned ends on the box in both images: the
+    taller bar's sides run down the box's sides, the shorter bar's top along its bottom."""
+    s = x.shape[0]
+    worst = 0.0
+    if tx1 - tx0 >= SEAM_MIN_SIDE and ty1 - ty0 >= 5:
+        if ty0 >= 3:
+            worst = max(worst, _seam_side(x, y, tx0, tx1, ty0 + 2, ty0 - 2, 1, False))
+        if ty1 + 2 < s:
+            worst = max(worst, _seam_side(x, y, tx0, tx1, ty1 - 3, ty1 + 1, -1, False))
+    if ty1 - ty0 >= SEAM_MIN_SIDE and tx1 - tx0 >= 5:
+        if tx0 >= 3:
+            worst = max(worst, _seam_side(x, y, ty0, ty1, tx0 + 2, tx0 - 2, 1, True))
+        if tx1 + 2 < s:
+            worst = max(worst, _seam_side(x, y, ty0, ty1, tx1 - 3, tx1 + 1, -1, True))
+    return worst
+
+
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
-               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, banner, photo_fill, res_f,
-               res_box):
+               stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, banner, photo_fill,
+               seam_max, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
@@ -607,7 +659,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     else:
         bga, bgb = background(xa, *envelope(xa, 2)), background(xb, *envelope(xb, 2))
     _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, photo_fill, res_f, res_box)
+            flat_max, edges_min, band_max, banner, photo_fill, seam_max, res_f, res_box)
     ba, ca = _coloured(cba, cra)
     bb, cb = _coloured(cbb, crb)
     # Colour only adds differing pixels: a pair whose luma already differs over too large a region,
@@ -634,12 +686,12 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                         added = True
     if added:
         _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-                flat_max, edges_min, band_max, banner, photo_fill, res_f, res_box)
+                flat_max, edges_min, band_max, banner, photo_fill, seam_max, res_f, res_box)
 
 
 @njit(**_JIT)
 def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, photo_fill, res_f, res_box):
+            flat_max, edges_min, band_max, banner, photo_fill, seam_max, res_f, res_box):
     """The verdict on a residual map (verify.py's module docstring, step 3) into res_f and res_box."""
     cpx = side // CELLS
     cell_min = max(1, -(-cell_min_64 * cpx * cpx // 64))
@@ -668,7 +720,7 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
     cells = counts >= cell_min
     any_cell = cells.any()
     res_box[:] = 0
-    box_share = hidden = fill = stray = flat = edges = 0.0
+    box_share = hidden = fill = stray = flat = edges = seam = 0.0
     if any_cell:
         main = _largest_group(cells)
         y0, y1, x0, x1 = CELLS, 0, CELLS, 0
@@ -706,38 +758,46 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
                     db += diff[i, j]
         fill = max(da / max(sa, 1), db / max(sb, 1))
         flat, edges = _flat_inside(xa, xb, diff, ty0, ty1, tx0, tx1)
+        seam = min(_seam(xa, xb, ty0, ty1, tx0, tx1), _seam(xb, xa, ty0, ty1, tx0, tx1))
     # a line of text laid over the picture (a watermark) differs over little of its box: a band at
     # most band_max of the side high and at least twice as wide needs no fill
     band = any_cell and ty1 - ty0 <= band_max * side and tx1 - tx0 >= 2 * (ty1 - ty0)
-    # a photo (no plain background in either image: all of it is content) needs no fill when
-    # `photo_fill` is off: thin letters over a band of a picture differ over little of it
-    photo = content_px == side * side
+    # a photo (no plain background in either image: all of it is content; and no screenshot, whose
+    # window is one grey, kernels._drawn) needs no fill when `photo_fill` is off: thin letters over
+    # a band of a picture differ over little of it
+    drawn_a, drawn_b = (_drawn(xa), _drawn(xb)) if any_cell else (False, False)
+    photo = content_px == side * side and not (drawn_a or drawn_b)
     covers = hidden <= hidden_small or fill >= fill_min or band or (photo and not photo_fill)
     # a banner (the region spans the frame's width at its top or bottom, or its height at a side)
     # is put over the picture, never a bar grown or a slice turned: when `banner`, it may be flat
     y0, y1, x0, x1 = res_box[0], res_box[1], res_box[2], res_box[3]
     across = (x0 == 0 and x1 == CELLS and (y0 == 0 or y1 == CELLS)) or (y0 == 0 and y1 == CELLS and (x0 == 0 or x1 == CELLS))
+    # something put over a figure leaves the figure under it whole across the region's sides (a
+    # picture's own texture breaks anywhere: the test is for two drawn figures; a banner is put over
+    # the figure, never grown, wherever the figure's own lines meet its side)
+    whole = seam <= seam_max or not (drawn_a and drawn_b) or (banner and across)
     overlay = (any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
-               and (flat <= flat_max or edges >= edges_min or (banner and across)))
+               and (flat <= flat_max or edges >= edges_min or (banner and across)) and whole)
     res_f[0] = (not any_cell) or overlay
     res_f[1] = overlay
     res_f[2] = min(1.0, max(0.0, 1.0 - (content_px - same_px) / max(content_px, 1)))
     res_f[3] = diff_px / (side * side)
     res_f[4], res_f[5], res_f[6], res_f[7], res_f[8], res_f[9] = box_share, hidden, fill, stray, flat, edges
+    res_f[10] = seam
 
 
 @njit(**_JIT)
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
-    flat_max, edges_min, contrast_full, band_max, banner, photo_fill) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 15 or res_f.shape[1] != 10 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
-        raise ValueError("judge_pairs: params (14), res_f (pairs, 10) and res_box (pairs, 4) are required")
+    flat_max, edges_min, contrast_full, band_max, banner, photo_fill, seam_max) with shift in pixels (quarters of one)."""
+    if params.shape[0] != 16 or res_f.shape[1] != 11 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (16), res_f (pairs, 11) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
                    int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
-                   params[10], params[11], params[12], params[13] > 0, params[14] > 0, res_f[k], res_box[k])
+                   params[10], params[11], params[12], params[13] > 0, params[14] > 0, params[15], res_f[k], res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------
@@ -1081,9 +1141,9 @@ def warm() -> None:
     lb[0, 40:50, 40:50] = 30
     c = np.full((1, 32, 32), 128, np.uint8)
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
-    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0, 1.0])
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0, 1.0, 0.35])
     for side in (64, 128):
-        judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 10)), np.zeros((1, 4), np.int64))
+        judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 11)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
 
 

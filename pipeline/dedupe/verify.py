@@ -53,14 +53,20 @@ batches the pairs over the cores.
                   over at least `fill_min` of what it covers (unless it is a band at most
                   `band_max` of the side high and twice as wide: a line of text laid over
                   the picture, a watermark, differs over little of its box; and unless both
-                  images are photos, all content, and `photo_fill` is off: the test keeps a
+                  images are photos, all content and neither a screenshot (kernels._drawn),
+                  and `photo_fill` is off: the test keeps a
                   pie slice turned from passing as a caption, and a photo has no such slices),
                   and its interior
                   is not flat in both images over more than `flat_max` (unless `edges_min` of the frame inside
                   its box is not flat, or, when `banner`, it spans the frame's width at its top
                   or bottom): one colour there in one image and another in the other is a bar
                   grown or a slice turned, not a caption, a box or a logo put over the picture;
-                  a banner across an edge is put over it, never grown    -> overlay
+                  a banner across an edge is put over it, never grown; and, between two
+                  drawn figures, not a banner, one image continues across the region's tight
+                  box: its worst side runs along a clean step between two flat areas, where the
+                  other image shows something else, over at most `seam_max` of it
+                  (kernels._seam: a box laid over a chart leaves the chart under it whole; bars
+                  of other heights end on the box in both images)    -> overlay
        otherwise  refused: a look-alike differs in scattered places across its content (bars of
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
@@ -69,7 +75,9 @@ batches the pairs over the cores.
    (charts, pages, tables, diagrams: hashing stores their luma at 256 px, compressed) is judged
    again at 256 px, where text 2 px high at 128 px is legible: after refining the alignment and
    matching the blur of the sharper image to the other, the differing cells outside the one
-   region are counted, and `fine_stray` of them refuse the pair (other numbers across a table).
+   region are counted, and `fine_stray` of them refuse the pair (other numbers across a table);
+   so does a region that hides more than `hidden_max` of the content and differs in `fill_min` of
+   its cells that hold any (a table whose every row holds other numbers: the region is the table).
    Photos keep the verdict of steps 1-3.
 
 The parameters (`Rule`) are chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py
@@ -129,9 +137,10 @@ class Rule:
     flat_max: float = 0.9  # an overlay's interior may be flat in both images over at most this share ...
     edges_min: float = 1.0  # ... unless what is not flat there (text, edges) covers this share of the frame
     contrast_full: float = 1.0  # a tone curve keeping less of the contrast than this shrinks the tolerances with it
-    band_max: float = 0.0  # a region at most this share of the side high, twice as wide, needs no fill (0: off)
+    band_max: float = 0.15  # a region at most this share of the side high, twice as wide, needs no fill (0: off)
     banner: bool = True  # a region across the frame's width at its top or bottom (or its height at a side) may be flat
     photo_fill: bool = False  # the fill test applies to photos too (False: only where either image has a plain background)
+    seam_max: float = 0.35  # a region is put over the picture when one image continues across its sides but this share of the worst one (figures)
     fine_stray: int = 11  # the second look (fine.py): this many differing cells (of 32 x 32) outside the one region refuse
 
 
@@ -148,6 +157,8 @@ def tuning_grid() -> list[Rule]:
                            flat_max=flat_max, edges_min=edges_min, contrast_full=contrast_full, band_max=band_max))
     # the second look's threshold, around the default (fine.py; its figures barely move with the rest)
     out += [replace(base, fine_stray=n) for n in (8, 14, 18)] + [replace(base, photo_fill=True)]
+    # the seam test (kernels._seam), off (1.0) and around the default
+    out += [replace(base, seam_max=x) for x in (0.2, 0.5, 1.0)]
     return out
 
 
@@ -180,6 +191,7 @@ class Identity:
     stray: np.ndarray  # float32: differing pixels outside the region, share of the frame
     flat: np.ndarray  # float32: share of the region's interior that is flat in both images (kernels._flat_inside)
     edges: np.ndarray  # float32: the rest of that interior (edges, text), share of the frame
+    seam: np.ndarray  # float32: where the image that continues best breaks across the region's worst side (kernels._seam)
 
 
 def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
@@ -199,12 +211,12 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
                        rule.edges_min, rule.contrast_full, rule.band_max, float(rule.banner),
-                       float(rule.photo_fill)], np.float64)
-    f = np.zeros((n, 10), np.float64)
+                       float(rule.photo_fill), rule.seam_max], np.float64)
+    f = np.zeros((n, 11), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
     return Identity(f[:, 0] > 0, f[:, 1] > 0, *(f[:, i].astype(np.float32) for i in (2, 3)), box,
-                    *(f[:, i].astype(np.float32) for i in (4, 5, 6, 7, 8, 9)))
+                    *(f[:, i].astype(np.float32) for i in (4, 5, 6, 7, 8, 9, 10)))
 
 
 @dataclass(frozen=True)
@@ -216,7 +228,7 @@ class Verdict:
     align: np.ndarray  # float32 (B, 8): that alignment (a_x0, a_x1, a_y0, a_y1, b_x0, b_x1, b_y0, b_y1)
     identity: Identity | None = None  # the residual map's figures at that alignment
     aligned: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was fitted
-    fine: np.ndarray | None = None  # float (B, 4): the second look's figures (fine.fine_pair); NaN: not looked
+    fine: np.ndarray | None = None  # float (B, fine.FIGURES): the second look's figures (fine.fine_pair); NaN: not looked
 
 
 def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
@@ -306,13 +318,13 @@ def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine
     # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
     region = figures.region & (figures.differing >= MIN_OVERLAY)
     kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
-    fine = np.full((n, 4), np.nan)
+    from pipeline.dedupe.fine import FIGURES, second_look
+    fine = np.full((n, FIGURES), np.nan)
     if fine_a is not None and fine_b is not None and accepted.any():
-        from pipeline.dedupe.fine import second_look
         idx = np.flatnonzero(accepted)
         fine[idx] = second_look([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx], rule.luma_tol,
-                                rule.fine_stray)
-        accepted = accepted & ~(np.nan_to_num(fine[:, 0], nan=-1.0) >= rule.fine_stray)
+                                rule.fine_stray, rule.hidden_max, rule.fill_min)
+        accepted = accepted & ~_fine_refuses(fine, rule)
     kind[~accepted] = None
     crop[~accepted] = 0.0
     return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine)
@@ -446,9 +458,20 @@ def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Ru
     from pipeline.dedupe.fine import second_look
     step = 64  # pairs per thread at a time (a pair costs about a millisecond; an image in many is unpacked once)
     starts = range(0, len(fine_a), step)
-    look = lambda s: second_look(fine_a[s:s + step], fine_b[s:s + step], aligns[s:s + step], rule.luma_tol, rule.fine_stray)  # noqa: E731
+    look = lambda s: second_look(fine_a[s:s + step], fine_b[s:s + step], aligns[s:s + step], rule.luma_tol,  # noqa: E731
+                                 rule.fine_stray, rule.hidden_max, rule.fill_min)
     res = np.concatenate(list(_threads().map(look, starts)) if len(starts) > 1 else [look(0)])
-    return np.nan_to_num(res[:, 0], nan=-1.0) >= rule.fine_stray
+    return _fine_refuses(res, rule)
+
+
+def _fine_refuses(fine: np.ndarray, rule: Rule) -> np.ndarray:
+    """The second look's figures (fine.fine_pair; NaN rows: not looked) that refuse a pair:
+    `fine_stray` stray cells or more, or the one region hiding more than `hidden_max` of the content
+    and differing in at least `fill_min` of its cells that hold any (other words in every cell of a
+    table: the region is the table)."""
+    looked = ~np.isnan(fine[:, 0])
+    f = np.nan_to_num(fine)
+    return looked & ((f[:, 0] >= rule.fine_stray) | ((f[:, 4] > rule.hidden_max) & (f[:, 5] >= rule.fill_min)))
 
 
 def _reduce(detail: np.ndarray) -> np.ndarray:
@@ -500,9 +523,12 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "stray": round(float(f.stray[0]), 4),
         "flat": round(float(f.flat[0]), 3),
         "edges": round(float(f.edges[0]), 4),
+        "seam": round(float(f.seam[0]), 3),
         "second_look": (None if np.isnan(v.fine[0, 0]) else
                         {"stray_cells": int(v.fine[0, 0]), "differing_cells": int(v.fine[0, 1]),
                          "differing": round(float(v.fine[0, 2]), 4), "alignment_refined": bool(v.fine[0, 3] == 2),
+                         "hidden": round(float(v.fine[0, 4]), 3), "hidden_max": rule.hidden_max,
+                         "fill": round(float(v.fine[0, 5]), 3), "fill_min": rule.fill_min,
                          "refuses_at": rule.fine_stray}),
     })
     return out
