@@ -140,6 +140,8 @@ def kill_trials(home: Path, trials: list[tuple[str, float, float]]) -> list[dict
     return results
 
 
+# 23 real runs killed and 23 next runs, two at a time: 5-10 minutes on 2 cores, beside another test file
+@pytest.mark.timeout(1500)
 def test_a_run_killed_at_each_step_never_blocks_the_next(warm_homes):
     # Every step once, and more kills in the first 20 ms of the publish step (it takes 0.1-0.3 s).
     # A new quarantine budget per trial gives a new release id, so each run publishes.
