@@ -658,8 +658,9 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
         bga, bgb = background(xa, alo, ahi), background(xb, blo, bhi)
     else:
         bga, bgb = background(xa, *envelope(xa, 2)), background(xb, *envelope(xb, 2))
+    drawn_a, drawn_b = _drawn(xa), _drawn(xb)
     _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, photo_fill, seam_max, res_f, res_box)
+            flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box)
     ba, ca = _coloured(cba, cra)
     bb, cb = _coloured(cbb, crb)
     # Colour only adds differing pixels: a pair whose luma already differs over too large a region,
@@ -686,13 +687,14 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                         added = True
     if added:
         _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-                flat_max, edges_min, band_max, banner, photo_fill, seam_max, res_f, res_box)
+                flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box)
 
 
 @njit(**_JIT)
 def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, photo_fill, seam_max, res_f, res_box):
-    """The verdict on a residual map (verify.py's module docstring, step 3) into res_f and res_box."""
+            flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box):
+    """The verdict on a residual map (verify.py's module docstring, step 3) into res_f and res_box;
+    drawn_a, drawn_b: whether each image has a drawn background (_drawn), read once per pair."""
     cpx = side // CELLS
     cell_min = max(1, -(-cell_min_64 * cpx * cpx // 64))
     counts = np.zeros((CELLS, CELLS), np.int32)
@@ -765,7 +767,6 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
     # a photo (no plain background in either image: all of it is content; and no screenshot, whose
     # window is one grey, kernels._drawn) needs no fill when `photo_fill` is off: thin letters over
     # a band of a picture differ over little of it
-    drawn_a, drawn_b = (_drawn(xa), _drawn(xb)) if any_cell else (False, False)
     photo = content_px == side * side and not (drawn_a or drawn_b)
     covers = hidden <= hidden_small or fill >= fill_min or band or (photo and not photo_fill)
     # a banner (the region spans the frame's width at its top or bottom, or its height at a side)
