@@ -12,10 +12,14 @@ How the data reaches GX (GX's DuckDB SQL path is unreliable, so frames are valid
   floats → `Float*`, booleans → `boolean`, strings → `StringDtype()` (NA-backed), lists → object
   columns of Python lists. So a null int stays an int column (plain `to_pandas` would turn it into
   float64) and every column's pandas dtype says exactly what its Arrow type was.
-- Types are checked per *kind* (string, integer, 64-bit integer, float, boolean, list) with
-  `expect_column_values_to_be_in_type_list`, naming the pandas extension dtypes above; a width
-  change (int32 → int64) is not a contract change, a kind change is. `phash`/`dhash` must be
-  64-bit. List columns are object columns, where GX checks every value's Python type instead.
+- The schema is one expectation per table (checks/gx_schema.py,
+  `expect_table_schema_to_match_contract`): the exact column set, each column's *kind* (string,
+  integer, 64-bit integer, float, boolean, list) by the pandas extension dtypes above, and every
+  column the contract says is never null. A width change (int32 → int64) is not a contract change,
+  a kind change is; `phash`/`dhash` must be 64-bit; a list column is an object column whose every
+  set value is a list. GX's cost is per expectation, not per row: one per column for its type and
+  another for its nulls were two thirds of every suite and of its time. A failed schema is reported
+  as one failure per fault (the column set, a column's kind, a column's nulls).
 - Human ratings (MMRB2 `human_annotations`, JSON text) are checked without derived columns:
   `expect_column_values_to_match_json_schema` with a row condition per task family — for
   t2i/edit/interleaved a list of exactly three integers within `QualitySettings.ratings`, for reasoning an
@@ -56,6 +60,10 @@ log = logging.getLogger(__name__)
 
 
 DATASOURCE = "rewardhouse"
+# One dataframe asset for every table (the suite, named after the table, says which): GX rewrites
+# its whole project config for every asset and batch definition added, 42 writes of a growing
+# file on a fresh context, a second of the validation.
+ASSET = "release_table"
 BATCH_DEFINITION = "whole_table"
 SAMPLE_SIZE = 5
 JSON_SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
@@ -120,18 +128,26 @@ def build_suite(table: str, quality: QualitySettings = QualitySettings()) -> gx.
     # to the store of the current context on every call once a suite of that name is stored.
     return gx.ExpectationSuite(
         name=table,
-        expectations=_schema_expectations(contract) + [_expectation(rule) for rule in contract.rules],
+        expectations=_schema_expectations(contract) + [_expectation(r) for r in contract.rules if not _in_schema(r)],
         meta={"rewardhouse_limits": {"max_steps": quality.max_steps, "ratings": list(quality.ratings)}},
     )
 
 
 def _schema_expectations(contract: TableContract) -> list:
-    import great_expectations.expectations as gxe
+    """The table's schema as one expectation (checks/gx_schema.py): its exact column set, each
+    column's kind, and the columns never null (the contract's not_null rules without a condition)."""
+    from checks.gx_schema import ExpectTableSchemaToMatchContract
 
-    out = [gxe.ExpectTableColumnsToMatchSet(column_set=list(contract.columns), exact_match=True,
-                                            notes="docs/tables.md contract: columns may be added there, never renamed")]
-    out += [gxe.ExpectColumnValuesToBeInTypeList(column=c, type_list=_TYPE_LISTS[kind]) for c, kind in contract.columns.items()]
-    return out
+    return [ExpectTableSchemaToMatchContract(
+        columns={c: _TYPE_LISTS[kind] for c, kind in contract.columns.items()},
+        not_null=[r.column for r in contract.rules if _in_schema(r)],
+        notes="docs/tables.md contract: columns may be added there, never renamed",
+    )]
+
+
+def _in_schema(rule: Rule) -> bool:
+    """A not_null rule without a condition is part of the schema expectation."""
+    return rule.kind == "not_null" and rule.when is None
 
 
 def _condition(when: When | None):
@@ -235,7 +251,7 @@ def validate_tables(
 
     run_id = gx.RunIdentifier(run_name=_safe_run_name(run_name))
     _no_frame_fingerprint()
-    datasource = _datasource(context)
+    batch_definition = _batch_definition(_datasource(context))
     results: dict[str, TableResult] = {}
     for table in suite_tables():
         if table not in tables:
@@ -243,7 +259,7 @@ def validate_tables(
         between()
         arrow = tables[table]
         suite = _store_suite(context, build_suite(table, quality))
-        definition = _store_validation_definition(context, table, _batch_definition(datasource, table), suite)
+        definition = _store_validation_definition(context, table, batch_definition, suite)
         outcome = definition.run(
             batch_parameters={"dataframe": to_frame(arrow)},
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": _PARTIAL_UNEXPECTED},
@@ -330,15 +346,16 @@ def _store_validation_definition(context, name: str, batch_definition, suite):
     import great_expectations as gx
     from great_expectations.exceptions import DataContextError
 
+    definitions = context.validation_definitions
     try:
-        stored = context.validation_definitions.get(name)
-    except (DataContextError, LookupError, ValueError):  # absent, or stored against a replaced suite
+        stored = definitions.get(name)
+    except DataContextError:  # absent: added as it is (add_or_update would store the suite again)
+        return definitions.add(gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
+    except (LookupError, ValueError):  # stored against a replaced suite
         stored = None
     if stored is not None and stored.suite.id == suite.id and stored.data.id == batch_definition.id:
         return stored
-    return context.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=name, data=batch_definition, suite=suite)
-    )
+    return definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
 
 
 def _datasource(context):
@@ -348,11 +365,11 @@ def _datasource(context):
         return context.data_sources.add_pandas(DATASOURCE)
 
 
-def _batch_definition(datasource, table: str):
+def _batch_definition(datasource):
     try:
-        asset = datasource.get_asset(table)
+        asset = datasource.get_asset(ASSET)
     except LookupError:
-        asset = datasource.add_dataframe_asset(table)
+        asset = datasource.add_dataframe_asset(ASSET)
     try:
         return asset.get_batch_definition(BATCH_DEFINITION)
     except KeyError:
@@ -392,7 +409,16 @@ def _safe_run_name(run_name: str) -> str:
 
 
 def _table_result(table: str, arrow: pa.Table, outcome) -> TableResult:
-    failures = [_failure(r, set(arrow.column_names)) for r in outcome.results if not r.success]
+    from checks.gx_schema import EXPECTATION
+
+    failures: list[Failure] = []
+    for r in outcome.results:
+        if r.success:
+            continue
+        if r.expectation_config.type == EXPECTATION and not _error_message(r.exception_info):
+            failures += _schema_failures(r)
+        else:
+            failures.append(_failure(r, set(arrow.column_names)))
     return TableResult(table=table, passed=bool(outcome.success), evaluated=len(outcome.results),
                        failures=failures, rows=arrow.num_rows)
 
@@ -416,6 +442,25 @@ def _failure(result, present: set[str]) -> Failure:
         sample=[] if error else _sample(details),
         error=error,
     )
+
+
+def _schema_failures(result) -> list[Failure]:
+    """A broken schema as one failure per fault: the column set (its missing and unexpected
+    columns), then each column of another kind (the kind found) and each column with nulls."""
+    from checks.gx_schema import EXPECTATION
+
+    details = (result.result or {}).get("details") or {}
+    kinds = result.expectation_config.kwargs.get("columns") or {}
+    out = []
+    if details.get("missing") or details.get("unexpected"):
+        out.append(Failure(EXPECTATION, None, {"check": "columns", "columns": list(kinds)}, None,
+                           [f"missing: {c}" for c in details.get("missing") or []]
+                           + [f"unexpected: {c}" for c in details.get("unexpected") or []]))
+    for column, found in (details.get("kinds") or {}).items():
+        out.append(Failure(EXPECTATION, column, {"check": "kind", "type_list": list(kinds.get(column, []))}, None, [found]))
+    for column, count in (details.get("nulls") or {}).items():
+        out.append(Failure(EXPECTATION, column, {"check": "not_null"}, int(count), [None]))
+    return out
 
 
 def _error_message(info) -> str | None:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from checks.suites import build_suite, columns, suite_tables, validate_tables
+from pipeline.datasets import table_contracts
 from pipeline.settings import QualitySettings
 
 SUITE_TABLES = suite_tables()
@@ -57,7 +58,7 @@ def test_every_table_of_the_sample_release_passes_its_suite(sample_run, release_
         assert result.passed, (table, [dataclasses.asdict(f) for f in result.failures])
         assert result.failures == []
         assert result.rows == release_tables[table].num_rows
-        assert result.evaluated >= len(columns(table)) + 2  # column set + a type per column + rules
+        assert result.evaluated == len(build_suite(table).expectations) >= 2  # the schema + the rules
     assert results["prm_steps"].rows > 1000 and results["mmrb2_pairs"].rows == 29
 
 
@@ -85,10 +86,12 @@ def test_suites_match_the_published_schema(release_tables):
         by_type = {}
         for e in suite.expectations:
             by_type.setdefault(e.expectation_type, []).append(e)
-        (match_set,) = by_type["expect_table_columns_to_match_set"]
-        assert set(match_set.column_set) == set(kinds) and match_set.exact_match is True
-        type_lists = {e.column: list(e.type_list) for e in by_type["expect_column_values_to_be_in_type_list"]}
-        assert type_lists == {name: KINDS[kind][1] for name, kind in kinds.items()}, table
+        (schema_check,) = by_type["expect_table_schema_to_match_contract"]
+        assert {c: list(k) for c, k in schema_check.columns.items()} == {name: KINDS[kind][1] for name, kind in kinds.items()}, table
+        # every unconditional not_null rule of the contract is in the schema check, and only there
+        never_null = [r.column for r in table_contracts()[table].rules if r.kind == "not_null" and r.when is None]
+        assert list(schema_check.not_null) == never_null
+        assert not [e for e in by_type.get("expect_column_values_to_not_be_null", []) if e.row_condition is None]
 
 
 def test_a_label_that_is_neither_plus_nor_minus_is_caught(release_tables, tmp_path):
@@ -141,9 +144,9 @@ def test_a_missing_column_is_caught_by_the_column_set(release_tables, tmp_path):
     results, _ = validate_tables({"mmrb2_response_items": items}, tmp_path, "missing")
     result = results["mmrb2_response_items"]
     assert not result.passed
-    by_type = {f.expectation: f for f in result.failures if f.error is None}
-    assert list(by_type) == ["expect_table_columns_to_match_set"]
-    assert by_type["expect_table_columns_to_match_set"].sample == ["missing: image_name"]
+    schema = [f for f in result.failures if f.error is None]
+    assert [(f.expectation, f.column, f.kwargs["check"], f.sample) for f in schema] == [
+        ("expect_table_schema_to_match_contract", None, "columns", ["missing: image_name"])]
     # the expectations on the absent column cannot run; they fail and say why
     errors = [f for f in result.failures if f.error is not None]
     assert errors and all(f.column == "image_name" and "absent" in f.error for f in errors)
@@ -154,7 +157,7 @@ def test_an_extra_column_is_a_schema_change(release_tables, tmp_path):
     extra = quarantine.append_column("note", pa.array([None] * quarantine.num_rows, pa.string()))
     results, _ = validate_tables({"quarantine": extra}, tmp_path, "extra")
     failure = only_failure(results, "quarantine")
-    assert failure.expectation == "expect_table_columns_to_match_set" and failure.sample == ["unexpected: note"]
+    assert failure.expectation == "expect_table_schema_to_match_contract" and failure.sample == ["unexpected: note"]
 
 
 def test_a_bad_sha256_is_caught(release_tables, tmp_path):
@@ -170,8 +173,29 @@ def test_a_wrong_column_type_is_caught(release_tables, tmp_path):
     i = steps.schema.get_field_index("step_index")
     as_text = steps.set_column(i, "step_index", steps["step_index"].cast(pa.string()))
     results, _ = validate_tables({"prm_steps": as_text}, tmp_path, "types")
-    failed = {(f.expectation, f.column) for f in results["prm_steps"].failures}
-    assert ("expect_column_values_to_be_in_type_list", "step_index") in failed
+    failed = {(f.expectation, f.column): f for f in results["prm_steps"].failures}
+    failure = failed[("expect_table_schema_to_match_contract", "step_index")]  # (its range check fails too)
+    assert failure.kwargs == {"check": "kind", "type_list": KINDS["int"][1]} and failure.sample == ["StringDtype"]
+
+
+def test_a_list_column_holding_text_is_a_kind_change(release_tables, tmp_path):
+    steps = release_tables["prm_samples"]
+    name = "image_refs"
+    assert columns("prm_samples")[name] == "list"
+    i = steps.schema.get_field_index(name)
+    as_text = steps.set_column(i, name, pa.array([None if v is None else str(v) for v in steps[name].to_pylist()], pa.large_string()))
+    results, _ = validate_tables({"prm_samples": as_text}, tmp_path, "list")
+    failure = only_failure(results, "prm_samples")
+    assert (failure.column, failure.kwargs["check"], failure.sample) == (name, "kind", ["StringDtype"])
+
+
+def test_a_null_in_a_never_null_column_is_counted(release_tables, tmp_path):
+    pairs = release_tables["mmrb2_pairs"]
+    bad = with_cell(with_cell(pairs, "pair_id", 4, None), "pair_id", 7, None)
+    results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "nulls")
+    failures = {(f.expectation, f.column): f for f in results["mmrb2_pairs"].failures}
+    null = failures[("expect_table_schema_to_match_contract", "pair_id")]
+    assert null.kwargs == {"check": "not_null"} and null.unexpected_count == 2
 
 
 def test_missing_tables_are_skipped_and_unknown_ones_ignored(release_tables, tmp_path):
