@@ -20,7 +20,14 @@ all_assets = dg.load_assets_from_modules([*_dataset_assets, dedupe, release])
 all_checks = dg.load_asset_checks_from_modules([*_dataset_checks, release_checks])
 
 # The main job: every asset, raw to release. `rewardhouse run` and `make run` execute it.
-refresh_job = dg.define_asset_job("refresh", selection=dg.AssetSelection.all(), description="Raw → staged → release, all datasets.")
+# Runs from the UI, the schedule and the sensors execute each step in its own process; forked from
+# a server that has imported this code location once, a step starts in a fraction of a second
+# instead of importing Dagster, polars, DuckDB and the assets again (3-4 s a step, 22 steps).
+refresh_job = dg.define_asset_job(
+    "refresh", selection=dg.AssetSelection.all(), description="Raw → staged → release, all datasets.",
+    executor_def=dg.multiprocess_executor.configured(
+        {"start_method": {"forkserver": {"preload_modules": ["pipeline.definitions"]}}}),
+)
 
 defs = dg.Definitions(
     assets=all_assets,

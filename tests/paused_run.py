@@ -10,6 +10,7 @@ line on stdin before it goes on; everything else is the real command, in this pr
 
 from __future__ import annotations
 
+import select
 import sys
 from pathlib import Path
 
@@ -24,6 +25,11 @@ def pause_at_publish(where: str) -> None:
 
     def pause() -> None:
         print(f"paused {where} publish", flush=True)
+        # Wait in short slices: a signal the kernel hands to another thread of the process is
+        # run by Python in the main thread only once it is back in Python code, which a blocking
+        # read never is (a real run's main thread always comes back within moments).
+        while not select.select([sys.stdin], [], [], 0.05)[0]:
+            pass
         sys.stdin.readline()
 
     def paused(*args, **kwargs):

@@ -42,6 +42,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.timeout(900)
 def test_materialize_all_from_the_asset_graph_in_chromium(tmp_path):
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import expect, sync_playwright

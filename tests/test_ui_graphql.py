@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from pipeline.mmrb2.tasks import PARTITION_KEYS
 from pipeline.schedules import all_partitions_tags
 from ui_server import assert_release_published, dagster_ui
@@ -40,6 +42,7 @@ query Events($runId: ID!) {
 """
 
 
+@pytest.mark.timeout(900)
 def test_materialize_all_through_graphql_publishes_a_release(tmp_path):
     with dagster_ui(tmp_path) as ui:
         params = {
@@ -55,7 +58,7 @@ def test_materialize_all_through_graphql_publishes_a_release(tmp_path):
         # The instance queues runs (dagster.yaml): only the daemon can start this one.
         assert run["status"] == "QUEUED", run
 
-        ui.wait_for_run(run["runId"], timeout=240)
+        ui.wait_for_run(run["runId"])
         print(f"run {run['runId']} succeeded in {time.monotonic() - started:.1f} s")
 
         events = {e["__typename"] for e in ui.graphql(RUN_EVENT_TYPES, {"runId": run["runId"]})["runOrError"]["eventConnection"]["events"]}

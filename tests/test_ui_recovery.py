@@ -11,10 +11,12 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 import run_control as rc
 from pipeline.schedules import all_partitions_tags
 from test_ui_graphql import LAUNCH_RUN
-from ui_server import assert_release_published, dagster_ui
+from ui_server import RUN_TIMEOUT, assert_release_published, dagster_ui
 
 
 def _children() -> dict[int, list[int]]:
@@ -57,11 +59,12 @@ def launch(ui) -> str:
     return launched["run"]["runId"]
 
 
+@pytest.mark.timeout(900)
 def test_a_ui_run_killed_mid_publish_does_not_block_the_next_queued_run(tmp_path):
     with dagster_ui(tmp_path) as ui:
         first = launch(ui)
         db = ui.dagster_home / "history" / "runs" / f"{first}.db"
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + RUN_TIMEOUT
         while "STEP_START" not in rc.events(db, "warehouse_release"):
             assert time.monotonic() < deadline, f"warehouse_release never started\n{ui.diagnostics()}"
             assert ui.run(first)["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), ui.describe_run(ui.run(first))
@@ -77,7 +80,7 @@ def test_a_ui_run_killed_mid_publish_does_not_block_the_next_queued_run(tmp_path
         inside = "STEP_SUCCESS" not in rc.events(db, "warehouse_release")
 
         second = launch(ui)  # queued behind the dead run: one run at a time (dagster.yaml)
-        ui.wait_for_run(second, timeout=240)
+        ui.wait_for_run(second)
         waited = time.monotonic() - killed_at
 
         dead = ui.run(first)

@@ -32,6 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 LOCATION = "rewardhouse"
 STARTUP_TIMEOUT = 180.0
+# A whole run of the sample from the UI: about a minute alone on 2 cores, four times that beside
+# another test file on a slow machine (the tests using it get 900 s). The limit catches a run
+# that hangs, not a slow one.
+RUN_TIMEOUT = 420.0
 
 WORKSPACE_QUERY = """
 {
@@ -153,7 +157,7 @@ class DagsterUI:
         assert result["__typename"] == "Runs", result
         return result["results"]
 
-    def wait_for_run(self, run_id: str, timeout: float = 240.0) -> dict:
+    def wait_for_run(self, run_id: str, timeout: float = RUN_TIMEOUT) -> dict:
         """Poll until the run ends; fail with its last event messages unless it succeeded."""
         deadline = time.monotonic() + timeout
         run = self.run(run_id)
