@@ -486,13 +486,9 @@ def _error_message(info) -> str | None:
 
 def _sample(details: dict) -> list:
     """Up to SAMPLE_SIZE distinct offending values, JSON-safe."""
-    mismatched = (details.get("details") or {}).get("mismatched")
-    if mismatched:  # expect_table_columns_to_match_set
-        values = [f"missing: {c}" for c in mismatched.get("missing") or []]
-        values += [f"unexpected: {c}" for c in mismatched.get("unexpected") or []]
-    elif "partial_unexpected_list" in details:
+    if "partial_unexpected_list" in details:
         values = details["partial_unexpected_list"] or []
-    elif "observed_value" in details:  # aggregate expectations, e.g. a column's type
+    elif "observed_value" in details:  # aggregate expectations
         values = [details["observed_value"]]
     else:
         values = []
