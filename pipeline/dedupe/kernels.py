@@ -280,18 +280,28 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
     first. Returns (map, count)."""
     s = x.shape[0]
     out = np.empty((s, s), np.bool_)
-    count = _residual_map(x, xlo, xhi, y, ylo, yhi, tone_table(x, y, out, False), tol, full, out)
+    forward_curve = tone_table(x, y, out, False)
+    count = _residual_map(x, xlo, xhi, y, ylo, yhi, forward_curve, tol, full, out)
     if count == 0:
         return out, count
     other = np.empty((s, s), np.bool_)
-    c = _residual_map(y, ylo, yhi, x, xlo, xhi, tone_table(y, x, out, False), tol, full, other)
+    backward_curve = tone_table(y, x, out, False)
+    c = _residual_map(y, ylo, yhi, x, xlo, xhi, backward_curve, tol, full, other)
     if c < count:
         out, count = other, c
     if count == 0:
         return out, count
     use = ~out
     for forward in (True, False):
-        again, c = _refit(x, xlo, xhi, y, ylo, yhi, use, forward, tol, full)
+        # a refit that lands on the curve already read gives the same map, which did not win
+        curve = tone_table(x, y, use, True) if forward else tone_table(y, x, use, True)
+        if _same_curve(curve, forward_curve if forward else backward_curve):
+            continue
+        again = np.empty((s, s), np.bool_)
+        if forward:
+            c = _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, again)
+        else:
+            c = _residual_map(y, ylo, yhi, x, xlo, xhi, curve, tol, full, again)
         if c < count:
             out, count = again, c
     if count == 0:
@@ -328,6 +338,17 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
         if best >= 0:
             out, count = _without_strip(x, xlo, xhi, y, ylo, yhi, tol, full, out, count, best, k)
     return out, count
+
+
+@njit(**_JIT)
+def _same_curve(p, q):
+    """Whether two tone curves (tone_table's table, slope, kept) read every pixel alike."""
+    if p[1] != q[1] or p[2] != q[2]:
+        return False
+    for v in range(256):
+        if p[0][v] != q[0][v]:
+            return False
+    return True
 
 
 @njit(**_JIT)
