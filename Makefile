@@ -49,6 +49,7 @@ bench: bootstrap
 	$(UV) run --frozen python tests/benchmarks/bench_text_leaks.py
 	$(UV) run --frozen python tests/benchmarks/bench_record_leaks.py
 	$(UV) run --frozen python tests/benchmarks/bench_startup.py
+	$(UV) run --frozen python tests/benchmarks/bench_diff.py
 	$(UV) run --frozen python tests/benchmarks/bench_rlaifv.py
 	$(UV) run --frozen python tests/benchmarks/bench_fullscale.py
 	$(UV) run --frozen --all-extras python tests/benchmarks/bench_scale.py

@@ -14,6 +14,7 @@ from pipeline.resources import RewardhouseResource
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.staging import CANDIDATE_FILE, Candidate, Staged, write_staged, write_text_atomic
 from pipeline.spec import load
+from warehouse.diff import changelog_hook, changelog_markdown
 from warehouse.duck import publish_release
 from warehouse.store import ReleaseStore, release_id_for
 
@@ -206,12 +207,14 @@ def warehouse_release(
                                      f"not {release_id}; materialize dedupe_review with the candidate")
     review_page, review_thumbs = review_files(Path(dedupe_review["dir"]))
     store = ReleaseStore(layout.releases)
-    manifest, published, pruned = publish_release(
+    manifest, published, pruned, held = publish_release(
         store,
         layout.warehouse,
         release_id,
         tables,
         keep=settings.keep_releases,
+        grace=settings.release_grace_minutes * 60,
+        changelog=changelog_hook,
         on_wait=context.log.warning,
         code_version=TRANSFORM_VERSION,
         sources=candidate.sources,
@@ -223,22 +226,28 @@ def warehouse_release(
         rendered={rel: _renderer(ref, e) for e in exports.values() for rel, ref in e.render.items()},
         summary=export_summary(exports),
     )
-    context.log.info(
-        f"release {release_id} {'published' if published else 'unchanged, nothing new published'}"
-        + (f"; pruned {', '.join(pruned)}" if pruned else "")
-    )
+    if held:  # a rollback pinned CURRENT: said on every run until unpinned, never silently undone
+        context.log.warning(f"release {release_id} written but not made current: {held.line()}")
+    else:
+        context.log.info(
+            f"release {release_id} {'published' if published else 'unchanged, nothing new published'}"
+            + (f"; pruned {', '.join(pruned)}" if pruned else "")
+        )
     remote = {}
     if layout.remote:  # the bucket is the data root: the release goes there, atomically
         from warehouse.objectstore import ObjectStoreError, PublishOutcomeUnknown
         from warehouse.remote import publish_remote
 
         try:
-            outcome = publish_remote(layout, release_id, candidate.built_on, context.log.info)
+            outcome = publish_remote(layout, release_id, candidate.built_on, context.log.info,
+                                     keep=settings.keep_releases, grace=settings.release_grace_minutes * 60)
         except PublishOutcomeUnknown as exc:
             raise dg.Failure(description=str(exc), metadata={"publish_outcome": "unknown"}) from None
         except ObjectStoreError as exc:
             raise dg.Failure(description=str(exc)) from None
-        published = outcome.published
+        published, held = outcome.published, outcome.held
+        if held:
+            context.log.warning(f"release {release_id} written to {layout.remote} but not made current: {held.line()}")
         remote = {"remote": dg.MetadataValue.url(f"{layout.remote}/releases/{release_id}")}
         if outcome.warning:
             context.log.warning(outcome.warning)
@@ -247,6 +256,8 @@ def warehouse_release(
         metadata={
             "release_id": release_id,
             "published": published,
+            **({"pinned": held.line()} if held else {}),
+            "changes": dg.MetadataValue.md(changelog_markdown(manifest.changes)),
             **remote,
             "warehouse": dg.MetadataValue.path(str(layout.warehouse)),
             "release_dir": dg.MetadataValue.path(str(store.path(release_id))),

@@ -549,21 +549,41 @@ def _contents_lines(layout: Layout) -> list[str]:
     return out
 
 
-def _connect_readonly(layout: Layout, limits=None):
-    from warehouse.duck import connect_readonly, lock_session
+def _connect_readonly(layout: Layout, limits=None, release: str | None = None):
+    """A read-only session on the warehouse: the current release's tables and views, or with
+    `release` (an id or a tag) that release's tables, and the derived views over them."""
+    from warehouse.duck import SQL_DIR, connect_readonly, lock_session, schema_for
 
-    if layout.remote:  # the bucket's current release, attached read-only
+    if layout.remote:  # the bucket's current release (or the one asked for), attached read-only
+        from warehouse.lifecycle import resolve
         from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import connect_remote
 
         try:
-            con, _ = connect_remote(layout.remote)
+            con, _ = connect_remote(layout.remote, resolve(release, layout) if release else None)
         except (LookupError, ObjectStoreError) as exc:  # nothing to read there: one line, as for a missing file
             raise FileNotFoundError(str(exc)) from None
         return lock_session(con, limits)
     if not layout.warehouse.is_file():
         raise FileNotFoundError(f"no warehouse at {layout.warehouse}; run `rewardhouse run` first")
-    return connect_readonly(layout.warehouse, limits)
+    con = connect_readonly(layout.warehouse, limits)
+    if release:
+        from warehouse.store import ReleaseStore
+
+        import duckdb
+
+        try:
+            rid = ReleaseStore(layout.releases).resolve(release)
+            con.execute(f'use "{schema_for(rid)}"')
+        except (LookupError, duckdb.CatalogException) as exc:
+            con.close()
+            raise FileNotFoundError(str(exc).splitlines()[0]) from None
+        for file in sorted(SQL_DIR.glob("*.sql")):  # the derived views, over this release's tables
+            try:
+                con.execute(f'create temp view "{file.stem}" as {file.read_text()}')
+            except duckdb.CatalogException:
+                continue
+    return con
 
 
 def _dataset_line(manifest, spec) -> str:
@@ -592,14 +612,151 @@ def cmd_releases(args) -> int:
         print(f"no releases under {layout.remote or layout.releases}; run `rewardhouse run` first")
         return 0
     from pipeline import datasets
+    from warehouse import lifecycle
+    from warehouse.diff import summary_line
+    from warehouse.store import CHANGES
 
+    try:
+        tags, pin = lifecycle.tags(layout), lifecycle.pin(layout)
+    except Exception as exc:  # a bucket that cannot be read: said once, as for the listing
+        return _fail(str(exc).splitlines()[0])
+    names: dict[str, list[str]] = {}
+    for name, rid in tags.items():
+        names.setdefault(rid, []).append(name)
+    if pin is not None:
+        print(pin.line())
     for m in manifests:
         mark = "*" if m.release_id == current else " "
         per_dataset = "; ".join(_dataset_line(m, d) for d in datasets.DATASETS)
         counts = ", ".join(f"{t}={n}" for t, n in sorted(m.row_counts.items()))
-        print(f"{mark} {m.release_id}  {m.created_at}  {per_dataset}")
+        labels = ", ".join(sorted(names.get(m.release_id, [])) + (["pinned"] if pin and pin.release == m.release_id else []))
+        print(f"{mark} {m.release_id}{f' [{labels}]' if labels else ''}  {m.created_at}  {per_dataset}")
         print(f"    {counts}")
+        if CHANGES in m.files:  # published with a changelog (CHANGES.md beside the manifest)
+            print(f"    {summary_line(m.changes)}")
     return 0
+
+
+def cmd_tag(args) -> int:
+    from warehouse import lifecycle
+
+    layout = Layout()
+    try:
+        rid, new = lifecycle.tag(layout, args.name, args.release)
+    except (LookupError, ValueError) as exc:
+        return _fail(str(exc).splitlines()[0], 2)
+    except Exception as exc:  # the store (a busy lock is waited for; a bucket that cannot be read is one line)
+        return _fail(str(exc).splitlines()[0])
+    print(f"tag {args.name} {'names' if new else 'already names'} release {rid}")
+    return 0
+
+
+def cmd_untag(args) -> int:
+    from warehouse import lifecycle
+
+    try:
+        rid = lifecycle.untag(Layout(), args.name)
+    except KeyError as exc:
+        return _fail(str(exc.args[0]), 2)
+    except Exception as exc:
+        return _fail(str(exc).splitlines()[0])
+    print(f"tag {args.name} removed (it named release {rid})")
+    return 0
+
+
+def cmd_rollback(args) -> int:
+    from warehouse import lifecycle
+
+    layout = Layout()
+    if args.unpin == bool(args.release):
+        return _fail("name the release to roll back to, or --unpin (not both)", 2)
+    on_wait = lambda line: print(f"rewardhouse: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        if args.unpin:
+            pin = lifecycle.unpin(layout, on_wait)
+            print(f"unpinned (was pinned to release {pin.release}); the next run makes its release current"
+                  if pin else "not pinned: nothing to do")
+            return 0
+        rolled = lifecycle.rollback(layout, args.release, on_wait)
+    except (LookupError, lifecycle.RollbackRefused) as exc:
+        return _fail(str(exc).splitlines()[0], 2)
+    except Exception as exc:
+        return _fail(str(exc).splitlines()[0])
+    print(f"release {rolled.release} is current again (was {rolled.previous or 'none'}); pinned: runs write their "
+          f"releases but leave it current until `rewardhouse rollback --unpin`")
+    return 0
+
+
+def cmd_diff(args) -> int:
+    """Two releases compared (warehouse/diff.py): a table of row changes, the inputs that changed,
+    the distributions; with --rows, the rows of one table."""
+    import duckdb
+
+    from pipeline.sources.objects import ObjectStoreError
+    from warehouse.diff import diff, rows
+
+    if args.rows and not args.table:
+        return _fail("--rows lists the rows of one table: name it with --table T", 2)
+    if args.limit < 0:
+        return _fail("--limit must be 0 (all rows) or more", 2)
+    try:
+        if args.rows:
+            found = rows(args.a, args.b, args.table, limit=args.limit + 1 if args.limit else None)
+            shown = found.slice(0, args.limit) if args.limit else found
+            if args.format == "json":
+                print(json.dumps(shown.to_pylist(), default=str, indent=1))
+            else:
+                print(format_rows(shown.column_names, [tuple(r.values()) for r in shown.to_pylist()]))
+                if shown.num_rows < found.num_rows:
+                    print(f"(the first {args.limit}; --limit 0 lists them all)")
+            return 0
+        result = diff(args.a, args.b, tables=[args.table] if args.table else None)
+    except LookupError as exc:  # no such release or table (a KeyError's text is its one argument)
+        return _fail(str(exc.args[0]) if exc.args else str(exc), 2)
+    except ObjectStoreError as exc:
+        return _fail(str(exc))
+    except duckdb.Error as exc:
+        return _fail(f"diff failed: {(str(exc).splitlines() or [''])[0]}")
+    print(json.dumps(result, default=str, indent=1) if args.format == "json" else "\n".join(diff_lines(result)))
+    return 0
+
+
+def _shown(value) -> str:
+    return "-" if value is None else value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def diff_lines(result: dict) -> list[str]:
+    """`rewardhouse diff` for a terminal: one aligned line per table, then the inputs that changed,
+    the rows gained and lost that matter most, and the distributions before and after."""
+    ends = [f"{r['release_id']} ({r['created_at'][:16].replace('T', ' ')})" for r in (result["before"], result["after"])]
+    lines = [f"release {ends[0]} -> {ends[1]}", ""]
+    head = ("table", "status", "before", "after", "+added", "-removed", "~changed", "")
+    body = []
+    for name, t in result["tables"].items():
+        notes = [f"columns added: {', '.join(t['columns_added'])}"] if t["columns_added"] else []
+        notes += [f"columns removed: {', '.join(t['columns_removed'])}"] if t["columns_removed"] else []
+        notes += [t["note"]] if t["note"] and t["status"] == "changed" else []
+        changed = "-" if t["changed"] is None else f"~{t['changed']}"
+        body.append((name, t["status"], str(t["rows_before"]), str(t["rows_after"]), f"+{t['added']}", f"-{t['removed']}",
+                     changed, "; ".join(notes)))
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    for r in [head, *body]:  # words and notes read from the left, numbers line up on the right
+        cells = (v.ljust(w) if i in (0, 1, 7) else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+        lines.append("  ".join(cells).rstrip())
+    lines += ["", "inputs that changed:" + ("" if result["inputs"] else " none")]
+    lines += [f"  {path}: {_shown(v['before'])} -> {_shown(v['after'])}" for path, v in result["inputs"].items()]
+    if result["gained_lost"]:
+        lines += ["", "gained / lost:"]
+        lines += [f"  {name} ({g['what']}): gained {g['gained']}, lost {g['lost']}"
+                  for name, g in result["gained_lost"].items()]
+    for name, sides in result["distributions"].items():
+        lines += ["", f"{name}, before -> after:"]
+        b, a = sides["before"] or {}, sides["after"] or {}
+        for what in dict.fromkeys([*b, *a]):
+            x, y = b.get(what) or {}, a.get(what) or {}
+            lines.append(f"  {what}: " + ", ".join(f"{k} {_shown(x.get(k))} -> {_shown(y.get(k))}"
+                                                   for k in dict.fromkeys([*x, *y])))
+    return lines
 
 
 # What `rewardhouse sql` runs: queries. Any other statement (CREATE, INSERT, DROP, ATTACH, COPY,
@@ -656,7 +813,7 @@ def _sql(args, layout: Layout, limits, timeout: float | None) -> int:
     from warehouse.duck import run_query
 
     try:
-        con = _connect_readonly(layout, limits)  # read-only, no other file, configuration locked
+        con = _connect_readonly(layout, limits, args.release)  # read-only, no other file, configuration locked
     except FileNotFoundError as exc:
         return _fail(str(exc))
     try:
@@ -812,14 +969,16 @@ def cmd_review(args) -> int:
         except ObjectStoreError as exc:
             return _fail(str(exc))
         ids = [m.release_id for m in found]
-        release = args.release or current
+        from warehouse.lifecycle import tags as tag_names
+
+        release = tag_names(layout).get(args.release, args.release) if args.release else current
         if release is None or release not in ids:
             return _fail(f"no release {args.release or ''} in {layout.remote}".replace("  ", " "), 2)
         print(f"{layout.remote}/releases/{release}/review/index.html")
         print("(in the bucket: open it through your store's web endpoint, or copy the review/ folder and open index.html)")
         return 0
     store = ReleaseStore(layout.releases)
-    release = args.release or store.current()
+    release = store.tags().get(args.release, args.release) if args.release else store.current()
     if release is None:
         return _fail(f"no release in {layout.releases}; run `rewardhouse run` first", 2)
     if not store.exists(release):
@@ -934,6 +1093,17 @@ def cmd_gc(args) -> int:
         print(f"{verb} {folder.relative_to(layout.root)} ({size / 1e6:.1f} MB)")
     print(f"{verb} {len(report.removed)} folder(s) of staged work and validation results unused for {args.older_than:g} days, "
           f"{report.freed / 1e6:.1f} MB; kept {report.kept}")
+    if args.keep_releases:
+        from warehouse import lifecycle
+
+        try:
+            doomed = (lifecycle.prunable(layout, args.keep_releases, args.grace_minutes * 60) if args.dry_run else
+                      lifecycle.prune(layout, args.keep_releases, args.grace_minutes * 60))
+        except Exception as exc:
+            return _fail(str(exc).splitlines()[0])
+        print(f"{verb} {len(doomed)} release(s) beyond the newest {args.keep_releases} (never the current, pinned or a "
+              f"tagged one; not within {args.grace_minutes:g} min of a change of CURRENT)"
+              + (f": {', '.join(doomed)}" if doomed else ""))
     if layout.remote and not args.dry_run:  # the bucket's leftovers: releases whose publish was killed
         from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import sweep
@@ -1080,11 +1250,40 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                      help=f"fail at once (exit {EXIT_BUSY}) if another run holds the data root, instead of waiting for it")
     run.set_defaults(func=cmd_run)
 
-    rel = sub.add_parser("releases", help="list releases, newest first, with row counts")
+    rel = sub.add_parser("releases", help="list releases, newest first, with row counts, tags and the pin")
     rel.set_defaults(func=cmd_releases)
+
+    tg = sub.add_parser("tag", help="name a release (unique names; a tagged release is never pruned)")
+    tg.add_argument("name", help="letters, digits, '.', '_', '-'")
+    tg.add_argument("release", nargs="?", help="a release id or tag (default: the current release)")
+    tg.set_defaults(func=cmd_tag)
+    ut = sub.add_parser("untag", help="remove a tag")
+    ut.add_argument("name")
+    ut.set_defaults(func=cmd_untag)
+    rb = sub.add_parser("rollback", help="make an older release current again and pin it (runs then write their "
+                                         "releases without making them current), or --unpin")
+    rb.add_argument("release", nargs="?", help="a release id or tag")
+    rb.add_argument("--unpin", action="store_true", help="end the pin: the next run makes its release current")
+    rb.set_defaults(func=cmd_rollback)
+
+    df = sub.add_parser("diff", help="what changed between two releases: rows added, removed and changed per table "
+                                     "(by each table's key), the inputs that changed, distributions before and after")
+    df.add_argument("a", nargs="?", metavar="A", help="the older release (default: the one before B)")
+    df.add_argument("b", nargs="?", metavar="B", help="the newer release (default: the current release)")
+    df.add_argument("--table", metavar="T", help="only this table")
+    df.add_argument("--rows", action="store_true",
+                    help="with --table: list its rows that were removed, added or changed (a changed row as its two "
+                         "versions, `changed from` and `changed to`)")
+    df.add_argument("--limit", type=int, default=100, metavar="N", help="with --rows: at most N rows (default 100; 0: all)")
+    df.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text: aligned for a terminal (default); json: for other programs")
+    df.set_defaults(func=cmd_diff)
 
     sql = sub.add_parser("sql", help="run a read-only SQL query on the warehouse")
     sql.add_argument("query", help="one SQL statement, read-only, over the warehouse's tables and views")
+    sql.add_argument("--release", metavar="RELEASE",
+                     help="query this release (an id or a tag) instead of the current one: its tables and the "
+                          "derived views over them")
     sql.add_argument("--format", choices=("table", "csv"), default="table",
                      help="table: aligned columns for a terminal (default); csv: a header and rows for other programs")
     sql.add_argument("--timeout", metavar="SECONDS",
@@ -1114,7 +1313,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     rv = sub.add_parser("review", help="print the path of a release's review page (dedupe clusters, contamination, "
                                        "near-misses, overrides) and open it when a browser is there")
-    rv.add_argument("release", nargs="?", help="a release id (default: the current release)")
+    rv.add_argument("release", nargs="?", help="a release id or tag (default: the current release)")
     rv.add_argument("--no-open", action="store_true", help="only print the path")
     rv.set_defaults(func=cmd_review)
 
@@ -1144,7 +1343,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     ov.set_defaults(func=cmd_override)
 
     gc = sub.add_parser("gc", help="remove staged work and GX validation results no run has used for a while "
-                                   "(releases are never touched)")
+                                   "(releases only with --keep-releases)")
+    gc.add_argument("--keep-releases", type=int, default=0, metavar="N",
+                    help="also prune all but the newest N releases, as a publish with keep_releases=N does "
+                         "(never the current, pinned or a tagged one); default 0: releases are not touched")
+    gc.add_argument("--grace-minutes", type=float, default=10.0, metavar="MIN",
+                    help="prune no release while CURRENT changed less than MIN minutes ago (a reader may still "
+                         "read the release it named; default 10)")
     gc.add_argument("--leftover-minutes", type=float, default=60.0, metavar="MIN",
                     help="object-store root: remove objects of releases that never got a manifest once this old "
                          "(younger ones may be a publish in flight elsewhere; default 60)")

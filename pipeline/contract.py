@@ -147,13 +147,23 @@ def _json_checker(rule: Rule):
 class TableContract:
     """A published table: its columns (name → kind, matched exactly by the gate) and its rules.
     `record_key` names the column that says which upstream record a row belongs to; tables without
-    one are built by the pipeline (inventories, dedupe decisions) and judged by the gate only."""
+    one are built by the pipeline (inventories, dedupe decisions) and judged by the gate only.
+    `distribution` names columns whose value counts, and the rows per record key, are worth
+    comparing from one release to the next (`rewardhouse diff`)."""
 
     name: str
     columns: dict[str, str]
     rules: tuple[Rule, ...]
     record_key: str | None = None
     description: str = ""
+    distribution: tuple[str, ...] = ()
+
+    @property
+    def row_key(self) -> tuple[str, ...] | None:
+        """The columns that name one row: those of the table's first `unique` rule (None: rows have
+        no name, a table is then a multiset of rows)."""
+        found = next((r.column for r in self.rules if r.kind == "unique"), None)
+        return tuple(found.split(",")) if found else None
 
     def record_rules(self, present: Iterable[str] | None = None) -> list[Rule]:
         """The record-level rules, those whose columns are all in `present` when given (a parser's

@@ -22,6 +22,7 @@ class _Resource(dg.ConfigurableResource):
     local_path: Optional[str] = None
     home: Optional[str] = None
     keep_releases: int = 0
+    release_grace_minutes: float = 10.0  # pruning waits until CURRENT has been unchanged this long
     prm_label_threshold: float = 0.0
     dedupe_max_distance: int = DEFAULT_MAX_DISTANCE
     workers: int = 0
@@ -61,6 +62,7 @@ class _Resource(dg.ConfigurableResource):
             local_path=self.local_path,
             zip_limits=ZipLimits(max_image_pixels=self.max_image_pixels),
             keep_releases=self.keep_releases,
+            release_grace_minutes=self.release_grace_minutes,
             prm_label_threshold=self.prm_label_threshold,
             dedupe_max_distance=self.dedupe_max_distance,
             workers=self.workers,

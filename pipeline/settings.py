@@ -121,6 +121,9 @@ class Settings:
     local_path: str | None = None
     zip_limits: ZipLimits = field(default_factory=ZipLimits)
     keep_releases: int = 0  # 0 keeps every release queryable
+    # Pruning waits until CURRENT has not changed for this long: a reader that read CURRENT just
+    # before a publish may still be reading the release it named (docs/releases.md).
+    release_grace_minutes: float = 10.0
     # VisualPRM raw form: a step is "+" iff its Monte-Carlo score is above this (upstream: 0.0).
     prm_label_threshold: float = 0.0
     # Near-duplicate radius in pHash bits (64-bit hashes); see docs/dedupe.md for the measurements.
@@ -176,6 +179,9 @@ class Settings:
             raise ValueError(f"workers (--workers) must be 0 (every core) or more, not {self.workers!r}")
         if not _whole(self.keep_releases) or self.keep_releases < 0:
             raise ValueError(f"keep_releases must be 0 (keep all) or more, not {self.keep_releases!r}")
+        if isinstance(self.release_grace_minutes, bool) or not isinstance(self.release_grace_minutes, (int, float)) \
+                or not 0 <= self.release_grace_minutes < float("inf"):
+            raise ValueError(f"release_grace_minutes must be 0 or more, not {self.release_grace_minutes!r}")
         for repo, n in dict(self.hf_shards).items():
             if not _whole(n) or n < 1:
                 raise ValueError(f"hf_shards[{repo!r}] must be a whole number of shards, 1 or more, not {n!r}")

@@ -2,6 +2,7 @@
 process of its own so a test can kill it, starve it of disk or run several at once.
 
     python tests/publish_helper.py ROOT SEQ [--keep K] [--go] [--fsize BYTES] [--pause-at N]
+    python tests/publish_helper.py ROOT 0 --rollback RELEASE | --prune --keep K [--pause-at N]
 
 `stage(root, seq)` first writes what the release is made of: Parquet tables under ROOT/staging/SEQ
 (published by copy, as the asset publishes its candidate), an export file to copy and a folder of
@@ -10,7 +11,8 @@ release's counts differ. With --go the helper prints "ready" once imported and s
 stdin, so a kill can be timed against the publish alone. --fsize caps the size of any file the
 process writes (RLIMIT_FSIZE with SIGXFSZ ignored: the write fails with EFBIG, as on a full disk).
 Prints what it did as JSON (release id, published, pruned, row counts, timings, and the events it
-went through); a PublishError exits 3 with its one-line message on stderr.
+went through); a PublishError exits 3 with its one-line message on stderr. With --rollback or
+--prune it runs `warehouse.lifecycle`'s rollback or prune on ROOT instead, with the same events.
 
 Events, so a kill test aims at a moment of the publish rather than at a time: every file-system
 step that makes a publish durable or visible (os.fsync, os.replace, os.rename, os.link,
@@ -133,6 +135,10 @@ def install_events(pause_at: str) -> None:
     for owner, attr in ((os, "fsync"), (os, "replace"), (os, "rename"), (os, "link"), (shutil, "copyfile"),
                         (shutil, "copy2")):
         wrap(owner, attr)
+    import obstore  # a bucket root's writes and reads are the steps there
+
+    for attr in ("put", "delete", "get", "head"):
+        wrap(obstore, attr)
 
     class Connection:
         """A DuckDB connection whose statements are events."""
@@ -161,7 +167,7 @@ def publish(root: Path, seq: int, keep: int) -> dict:
     folder = staged(root, seq)
     store = TimedStore(root / "releases")
     started = time.perf_counter()
-    manifest, published, pruned = publish_release(
+    manifest, published, pruned, _ = publish_release(
         store,
         root / "warehouse.duckdb",
         release_id(seq),
@@ -199,12 +205,14 @@ def assert_release_complete(store: ReleaseStore, rid: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("root", type=Path)
+    parser.add_argument("root", help="the data root: a folder, or s3://bucket/prefix for --rollback and --prune")
     parser.add_argument("seq", type=int)
     parser.add_argument("--keep", type=int, default=3)
     parser.add_argument("--go", action="store_true")
     parser.add_argument("--fsize", type=int, default=0)
     parser.add_argument("--pause-at", default="", help="stop just before event N, or NAME#K (see the docstring)")
+    parser.add_argument("--rollback", default="", metavar="REF", help="roll back to REF instead of publishing")
+    parser.add_argument("--prune", action="store_true", help="prune to --keep releases instead of publishing")
     args = parser.parse_args()
     install_events(args.pause_at)
 
@@ -215,7 +223,18 @@ def main() -> int:
         print("ready", flush=True)
         sys.stdin.readline()
     try:
-        result = publish(args.root, args.seq, args.keep)
+        if args.rollback or args.prune:  # the lifecycle's writes, under the same events as a publish
+            from pipeline.settings import Layout
+            from warehouse import lifecycle
+
+            layout = Layout(args.root)
+            if args.rollback:
+                rolled = lifecycle.rollback(layout, args.rollback)
+                result = {"release_id": rolled.release, "previous": rolled.previous, "events": EVENTS}
+            else:
+                result = {"pruned": lifecycle.prune(layout, args.keep, 0.0), "events": EVENTS}
+        else:
+            result = publish(Path(args.root), args.seq, args.keep)
     except PublishError as exc:
         print(exc, file=sys.stderr)
         return 3

@@ -2,7 +2,7 @@
 
     from warehouse import load
     steps = load("prm_steps")                    # the current release
-    pairs = load("vlrb_pairs", release="3f2a…")  # a given release
+    pairs = load("vlrb_pairs", release="3f2a…")  # a given release, by id or tag name
     steps.filter(pl.col("label") == "-").group_by("sample_id").len().collect()
 
 `load` scans the release's Parquet file (nothing is read until `collect`, and only the columns and
@@ -27,12 +27,9 @@ def release_path(release: str | None = None, home: str | Path | None = None) -> 
     """The folder of `release` (default: the current one) under the data root (`home`, else
     REWARDHOUSE_HOME, else data/). LookupError when there is none."""
     store = _store(home)
-    rid = release or store.current()
+    rid = store.resolve(release) if release else store.current()
     if rid is None:
         raise LookupError(f"no current release under {store.path('').parent}; run `rewardhouse run` first")
-    if not store.exists(rid):
-        known = ", ".join(m.release_id for m in store.list()) or "none"
-        raise LookupError(f"no release {rid!r}; releases: {known}")
     return store.path(rid)
 
 
@@ -65,7 +62,7 @@ def _load_remote(table: str, release: str | None, url: str):
 
     root = Root.parse(url)
     store = ObjectReleaseStore(root)
-    rid = release or store.current()
+    rid = store.tags().get(release, release) if release else store.current()
     if rid is None:
         raise LookupError(f"no current release under {root}; publish one first")
     manifest = store.manifest(rid)

@@ -15,13 +15,13 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, NamedTuple
 
 import duckdb
 import pyarrow as pa
 
 from pipeline.stopping import critical_section
-from warehouse.store import Manifest, PublishError, ReleaseStore, fsync, write_failure
+from warehouse.store import Manifest, Pin, PublishError, ReleaseStore, fsync, write_failure
 
 META_TABLE = "_rewardhouse"
 SQL_DIR = Path(__file__).resolve().parent / "sql"
@@ -212,6 +212,13 @@ def warehouse_release(db_path: Path) -> str | None:
     return row[0] if row else None
 
 
+class Published(NamedTuple):
+    manifest: Manifest
+    published: bool  # CURRENT moved to the release
+    pruned: list[str]  # releases deleted by the retention rule
+    held: Pin | None = None  # a rollback's pin kept CURRENT where it is (the release is written, not current)
+
+
 def publish_release(
     store: ReleaseStore,
     db_path: Path,
@@ -219,24 +226,36 @@ def publish_release(
     tables: dict[str, pa.Table | Path],
     *,
     keep: int = 0,
+    grace: float = 0.0,
     on_wait: Callable[[str], None] | None = None,
+    changelog: Callable[[ReleaseStore, str, dict], Callable] | None = None,
     **publish_args: Any,
-) -> tuple[Manifest, bool, list[str]]:
+) -> Published:
     """Publish a release and point the warehouse at it, as one writer (`publish_args` as for
-    ReleaseStore.publish; all but the newest `keep` releases are pruned, 0 keeps all); returns
-    (manifest, published: CURRENT moved to it, pruned). The release folder is put in place and the warehouse rebuilt on
-    it before CURRENT is swapped, and pruned folders go last, so a failure or crash at any step
-    leaves CURRENT and the warehouse's main views on a complete release, the previous one until
-    the swap. Waiting for the writer lock can be interrupted; from there on a stop signal waits
-    until the publish is done (`critical_section`)."""
+    ReleaseStore.publish; all but the newest `keep` releases are pruned, 0 keeps all, under
+    ReleaseStore.prunable's rules with `grace`). The release folder is put in place and the
+    warehouse rebuilt on it before CURRENT is swapped, and pruned folders go last, so a failure or
+    crash at any step leaves CURRENT and the warehouse's main views on a complete release, the
+    previous one until the swap. While a rollback's pin holds CURRENT on another release, the
+    release is written and queryable by its id, CURRENT stays, nothing is pruned, and `held` says
+    why. `changelog(store, release_id, publish_args)`, called under the lock, gives the store's
+    `changes` hook: a new release's manifest keeps its diff against the release current then
+    (warehouse.diff.changelog_hook). Waiting for the writer lock can be
+    interrupted; from there on a stop signal waits until the publish is done (`critical_section`)."""
     with store.writer_lock(on_wait), critical_section():
         store.sweep_temporaries()
+        pin = store.pin()
         was_current = store.current() == release_id
+        if changelog is not None:
+            publish_args["changes"] = changelog(store, release_id, publish_args)
         manifest, written = store.publish(release_id, tables, make_current=False, **publish_args)
+        if pin is not None and pin.release != release_id and store.exists(pin.release):
+            sync_warehouse(store, db_path, current=store.current())
+            return Published(manifest, False, [], pin)
         # Published: CURRENT moves to it, whether its folder is new or was left whole by a publish
         # cut short before its swap (a full disk, a kill): what CURRENT says decides.
         published = written or not was_current
-        pruned = store.prunable(keep, release_id)
+        pruned = store.prunable(keep, release_id, grace)
         sync_warehouse(store, db_path, current=release_id, without=pruned)
         try:
             store.set_current(release_id)
@@ -247,7 +266,7 @@ def publish_release(
         except OSError as exc:
             raise write_failure(f"release {release_id} is current, but pruning {', '.join(pruned)} failed",
                                 exc) from exc
-    return manifest, published, pruned
+    return Published(manifest, published, pruned)
 
 
 def sync_warehouse(

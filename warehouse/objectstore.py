@@ -40,6 +40,8 @@ from pipeline.sources.objects import ObjectStoreError, client_config, client_err
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
+TAGS = "tags"
+PIN = "PIN"
 SUPPORTED = "AWS S3, Cloudflare R2, MinIO, Ceph RGW"
 UPLOAD_THREADS = 16
 # Objects of a release without a manifest are a killed publish's leftovers only once they are this
@@ -250,9 +252,10 @@ class ObjectReleaseStore:
                                f"(releases: {', '.join(ids) or 'none'}); try again, and if it stays so, check "
                                f"{self.root.key('releases', CURRENT)}")
 
-    def publish(self, release_id: str, files: dict[str, Path], manifest: dict, *, expect_current: str | None = ...) -> bool:
+    def publish(self, release_id: str, files: dict[str, Path], manifest: dict, *, expect_current: str | None = ...,
+                make_current: bool = True) -> bool:
         """Write the release's objects, then its manifest (create-only), then move CURRENT to it by
-        compare-and-swap. `expect_current` is the release the caller built on (None: the bucket had
+        compare-and-swap (with `make_current` False, CURRENT is left alone and False returned). `expect_current` is the release the caller built on (None: the bucket had
         none; default: whatever is current when the publish starts); when CURRENT no longer names it,
         PublishConflict. Returns False when the release is already current (nothing to do, whatever
         it was built on). The outcome is what CURRENT says after the swap (`_settle`)."""
@@ -271,6 +274,8 @@ class ObjectReleaseStore:
             existing = self.manifest(release_id) or {}
             if existing.get("files_sha256") != manifest.get("files_sha256"):
                 raise PublishConflict(f"release {release_id} already has a different manifest in {self.root}")
+        if not make_current:  # written and readable by its id; CURRENT stays (a rollback's pin)
+            return False
         try:
             swapped = (self._create(current_key, release_id.encode()) if before is None
                        else self._swap(current_key, release_id.encode(), before[1]))
@@ -298,6 +303,133 @@ class ObjectReleaseStore:
         return (f"release {release_id} not published: {self.root} moved to {now or 'no release'} since this run "
                 f"read {built_on or 'no release'}; run again on the new current")
 
+    # --- tags, the rollback pin, rollback and retention ----------------------------------------------
+    def current_since(self) -> float | None:
+        """When CURRENT last changed (epoch seconds), None when there is none."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        with self._failing("cannot read"):
+            try:
+                return obstore.head(self.store, self.root.key("releases", CURRENT))["last_modified"].timestamp()
+            except (NotFoundError, FileNotFoundError):
+                return None
+
+    def tags(self) -> dict[str, str]:
+        """Tag name -> release id, one object per tag under releases/tags/."""
+        out = {}
+        for key in self._keys(self.root.key("releases", TAGS)):
+            got = self._get(key)
+            if got and got[0].strip():
+                out[key.rsplit("/", 1)[-1]] = got[0].decode().strip()
+        return dict(sorted(out.items()))
+
+    def tag(self, name: str, release_id: str) -> bool:
+        """Name a release by a create-only put (two taggers of one name: one wins); False when the
+        name already names it; TagExists when it names another."""
+        from warehouse.store import TagExists, check_tag_name
+
+        check_tag_name(name)
+        if self.manifest(release_id) is None:
+            raise LookupError(f"no release {release_id!r} in {self.root}")
+        self.check_conditional_writes()
+        key = self.root.key("releases", TAGS, name)
+        if self._create(key, release_id.encode()) is not None:
+            return True
+        held = (self._get(key) or (b"", ""))[0].decode().strip()
+        if held == release_id:
+            return False
+        raise TagExists(f"tag {name!r} already names release {held} in {self.root}; `rewardhouse untag {name}` first")
+
+    def untag(self, name: str) -> str:
+        key = self.root.key("releases", TAGS, name)
+        got = self._get(key)
+        if got is None:
+            raise KeyError(f"no tag {name!r} in {self.root} (tags: {', '.join(self.tags()) or 'none'})")
+        self._delete([key])
+        return got[0].decode().strip()
+
+    def pin(self):
+        from warehouse.store import Pin
+
+        got = self._get(self.root.key("releases", PIN))
+        try:
+            body = json.loads(got[0]) if got else None
+            return Pin(body["release"], body["since"]) if body else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def set_pin(self, release_id: str):
+        from datetime import datetime, timezone
+
+        from warehouse.store import Pin
+
+        pin = Pin(release_id, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        self._put(self.root.key("releases", PIN), json.dumps(pin.__dict__).encode())
+        return pin
+
+    def clear_pin(self):
+        pin = self.pin()
+        self._delete([self.root.key("releases", PIN)])
+        return pin
+
+    def swap_current(self, release_id: str) -> str | None:
+        """Make `release_id` current by compare-and-swap on the CURRENT read here (create-only when
+        there is none); returns the release it replaced. PublishConflict when another writer moved
+        CURRENT in between (read back, as a publish does)."""
+        self.check_conditional_writes()
+        key = self.root.key("releases", CURRENT)
+        before = self._get(key)
+        seen = before[0].decode().strip() if before else None
+        if seen == release_id:
+            return seen
+        try:
+            swapped = self._create(key, release_id.encode()) if before is None else self._swap(key, release_id.encode(), before[1])
+        except ObjectStoreError as exc:
+            self._settle(release_id, seen, exc)
+            return seen
+        if swapped is None:
+            self._settle(release_id, seen, None)
+        return seen
+
+    def prunable(self, keep: int, grace: float, current: str | None = None) -> list[str]:
+        """What `prune` deletes: all but the newest `keep` releases (by manifest time), never the
+        current (`current`, else CURRENT read here), the pinned or a tagged one, and nothing while
+        CURRENT changed less than `grace` seconds ago (a reader that read CURRENT just before may
+        still read the release it named). Read it before a publish swaps CURRENT."""
+        from warehouse.store import prune_candidates, retired_long_enough
+
+        if keep <= 0 or not retired_long_enough(self.current_since(), grace):
+            return []
+        now_current, ids = self.current_and_releases()
+        bodies = [(b.get("created_at", ""), rid) for rid in ids if (b := self.manifest(rid))]
+        newest = [rid for _, rid in sorted(bodies, reverse=True)]
+        if current is not None:  # the release about to be published counts as the newest
+            newest = [current] + [rid for rid in newest if rid != current]
+        pin = self.pin()
+        protected = {current or now_current, now_current, *self.tags().values(), *([pin.release] if pin else [])}
+        return prune_candidates(newest, keep, protected)
+
+    def discard(self, release_ids: list[str]) -> list[str]:
+        """Delete releases: each one's manifest first (it stops existing for readers at once; the
+        objects left are a killed publish's leftovers to `sweep`), then CURRENT, the pin and the tags
+        are read again, and a release one of them names after all (a rollback that raced the prune)
+        gets its manifest back, then the rest of its objects go. Returns the ids deleted."""
+        gone = []
+        for rid in release_ids:
+            key = self.root.key("releases", rid, MANIFEST)
+            got = self._get(key)
+            if got is None:
+                continue
+            self._delete([key])
+            pin = self.pin()
+            if rid in {self.current(), *self.tags().values(), *([pin.release] if pin else [])}:
+                self._create(key, got[0])
+                continue
+            self._delete(self._keys(self.root.key("releases", rid)))
+            gone.append(rid)
+        return gone
+
     def sweep(self, min_age: float = LEFTOVER_GRACE_SECONDS) -> list[str]:
         """Remove the objects of releases that never got a manifest (killed publishes), except the
         current one and those written in the last `min_age` seconds (a publish in flight
@@ -309,7 +441,7 @@ class ObjectReleaseStore:
         partial: dict[str, list[dict]] = {}
         for meta in metas:
             parts = meta["path"].split("/")
-            if len(parts) > base + 1:
+            if len(parts) > base + 1 and parts[base] != TAGS:
                 partial.setdefault(parts[base], []).append(meta)
         now = time.time()
         swept = [rid for rid, objs in partial.items() if rid not in published and rid != current

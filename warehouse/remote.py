@@ -42,8 +42,11 @@ def to_manifest(body: dict) -> Manifest:
 
 def content_digest(manifest: Manifest) -> str:
     """What the release holds, by checksum: equal for two publishers of the same release id."""
+    from warehouse.store import CHANGES
+
+    # the changelog depends on the release a publisher replaced, not on what the release holds
     blob = json.dumps({"tables": {t: e["sha256"] for t, e in manifest.tables.items()},
-                       "files": {f: e["sha256"] for f, e in manifest.files.items()}, "bulk": manifest.bulk},
+                       "files": {f: e["sha256"] for f, e in manifest.files.items() if f != CHANGES}, "bulk": manifest.bulk},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -55,34 +58,46 @@ class RemotePublish:
 
     published: bool
     warning: str | None = None
+    pruned: tuple[str, ...] = ()
+    held: object = None  # the bucket's rollback pin (warehouse.store.Pin) that kept CURRENT where it is
 
 
 def publish_remote(layout: Layout, release_id: str, built_on: str | None,
-                   say: Callable[[str], None] = print) -> RemotePublish:
+                   say: Callable[[str], None] = print, keep: int = 0, grace: float = 0.0) -> RemotePublish:
     """Put the scratch store's release `release_id` in the bucket and make it current there, if
     CURRENT still names `built_on`, the release the run read when it started (None: the bucket had
     none). Then sweep old leftovers of killed publishes and copy the staged work and quality results:
     the release is current by then, so a failure there is a warning, not a failed publish.
     PublishConflict when another publisher moved CURRENT since the run read it;
     PublishOutcomeUnknown when the swap got no answer and CURRENT cannot be read back; any other
-    failure of the store is an ObjectStoreError of one line."""
+    failure of the store is an ObjectStoreError of one line. While the bucket's rollback pin names
+    another release, the release is written (readable by its id) and CURRENT stays. Then all but
+    the newest `keep` releases are pruned (ObjectReleaseStore.prunable, read before the swap)."""
     assert layout.remote is not None
     store = _store(layout.remote)
-    published = _publish_remote(layout, store, release_id, say, built_on)
+    pin = store.pin()
+    held = pin if pin is not None and pin.release != release_id and store.manifest(pin.release) is not None else None
+    doomed = [] if held else store.prunable(keep, grace, current=release_id)
+    published = _publish_remote(layout, store, release_id, say, built_on, make_current=held is None)
+    pruned = tuple(store.discard(doomed)) if doomed else ()
+    if pruned:
+        say(f"pruned from {layout.remote}: {', '.join(pruned)} (keep_releases {keep})")
     try:
         swept = store.sweep()
         if swept:
             say(f"swept leftovers of killed publishes from {layout.remote}: {', '.join(swept)}")
         copied = store.mirror(layout.staging, "staging") + store.mirror(layout.root / "quality", "quality")
     except (ObjectStoreError, OSError) as exc:
-        return RemotePublish(published, f"release {release_id} is current in {layout.remote}, but the staged work and "
-                                        f"quality results were not copied there ({exc}); the next run copies them")
+        return RemotePublish(published, f"release {release_id} is {'in' if held else 'current in'} {layout.remote}, "
+                                        f"but the staged work and "
+                                        f"quality results were not copied there ({exc}); the next run copies them",
+                             pruned, held)
     say(f"staged work and quality results kept in {layout.remote} ({copied} new files)")
-    return RemotePublish(published)
+    return RemotePublish(published, None, pruned, held)
 
 
 def _publish_remote(layout: Layout, store: ObjectReleaseStore, release_id: str, say: Callable[[str], None],
-                    built_on: str | None) -> bool:
+                    built_on: str | None, make_current: bool = True) -> bool:
     from warehouse.duck import write_release_database
 
     local = ReleaseStore(layout.releases)
@@ -107,11 +122,11 @@ def _publish_remote(layout: Layout, store: ObjectReleaseStore, release_id: str, 
                 files[rel] = moved
                 body["files"] = {**body["files"], rel: {"sha256": sha256_file(moved), "bytes": moved.stat().st_size}}
         size = sum(p.stat().st_size for p in files.values())
-        published = store.publish(release_id, files, body, expect_current=built_on)
+        published = store.publish(release_id, files, body, expect_current=built_on, make_current=make_current)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    say(f"release {release_id} {'published to' if published else 'already current in'} {layout.remote} "
-        f"({len(files)} objects, {size / 1e6:.1f} MB)")
+    verb = "published to" if published else "already current in" if make_current else "written (not current) to"
+    say(f"release {release_id} {verb} {layout.remote} ({len(files)} objects, {size / 1e6:.1f} MB)")
     return published
 
 
@@ -120,19 +135,30 @@ def hydrate(layout: Layout) -> str | None:
     manifest, not its exported images), so checks that compare with the previous release see the
     one the bucket serves; returns its id (the release the run builds on, to be handed to
     `publish_remote`), or None when the bucket has none. Called once per run."""
-    from warehouse.duck import publish_release, sync_warehouse
-
     assert layout.remote is not None
     store = _store(layout.remote)
     rid = store.current()
-    if rid is None:
-        return None
     local = ReleaseStore(layout.releases)
+    # the scratch store follows the bucket's rollback pin, so its own publish is held like the bucket's
+    pin = store.pin()
+    if local.pin() is not None:
+        local.clear_pin()
+    if rid is not None:
+        _bring(layout, store, local, rid)
+    if pin is not None and local.exists(pin.release):
+        local.set_pin(pin.release)
+    return rid
+
+
+def _bring(layout: Layout, store: ObjectReleaseStore, local: ReleaseStore, rid: str) -> None:
+    """Make the bucket's release `rid` the scratch store's current one, downloading its tables."""
+    from warehouse.duck import publish_release, sync_warehouse
+
     if local.exists(rid):
         if local.current() != rid:
             local.set_current(rid)
             sync_warehouse(local, layout.warehouse)
-        return rid
+        return
     body = store.manifest(rid)
     if body is None:
         raise ObjectStoreError(f"{layout.remote}: CURRENT names release {rid}, which has no manifest")
@@ -144,7 +170,6 @@ def hydrate(layout: Layout) -> str | None:
                         sources=manifest.sources, settings=manifest.settings, summary=manifest.summary)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return rid
 
 
 def manifests(remote: str) -> tuple[list[Manifest], str | None]:
@@ -192,7 +217,7 @@ class _BucketFS:
                     return self.inner.ls(self._strip_protocol(path), detail=detail)
 
                 def modified(self, path):
-                    return self.info(path)["LastModified"]
+                    return self.info(path)["last_modified"]  # obstore's key (read_parquet asks; ATTACH never did)
 
             cls.cls = BucketFS
         return cls.cls(skip_instance_cache=True)

@@ -3,6 +3,8 @@
     {root}/releases/{release_id}/{table}.parquet
     {root}/releases/{release_id}/manifest.json
     {root}/releases/CURRENT            the id of the current release (the commit point)
+    {root}/releases/tags/{name}        a tag: the id of the release it names (one file per name)
+    {root}/releases/PIN                set by a rollback: the release CURRENT stays on until unpinned
     {root}/releases/.writer.lock       held (flock) by the one process writing releases or the warehouse;
                                        it names its holder (pid, host, since when)
 
@@ -20,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -39,6 +42,9 @@ from pipeline.unwritable import notice
 
 CURRENT = "CURRENT"
 MANIFEST = "manifest.json"
+TAGS = "tags"
+PIN = "PIN"
+CHANGES = "CHANGES.md"  # a release's changelog, beside its manifest
 WRITER_LOCK = ".writer.lock"
 TMP_PREFIX = ".tmp-"
 LOCK_POLL_SECONDS = 0.25
@@ -85,6 +91,7 @@ class Manifest:
     files: dict = field(default_factory=dict)  # other file -> {"sha256": str, "bytes": int}
     bulk: dict = field(default_factory=dict)  # content-addressed folder -> {"files": int, "bytes": int}
     summary: dict = field(default_factory=dict)  # what the release's decisions did, e.g. export removals
+    changes: dict = field(default_factory=dict)  # its diff against the release it replaced (warehouse.diff.changelog)
 
     @property
     def row_counts(self) -> dict[str, int]:
@@ -225,6 +232,50 @@ def _place(root: Path, rel: str) -> Path:
     return target
 
 
+TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+RELEASE_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def check_tag_name(name: str) -> str:
+    """A tag is a name people type: letters, digits, '.', '_', '-' (64 at most, not starting with a
+    punctuation mark), and never something that reads as a release id."""
+    if not TAG_NAME.fullmatch(name or "") or RELEASE_ID.fullmatch(name):
+        raise ValueError(f"{name!r} is not a tag name: use letters, digits, '.', '_' and '-' (up to 64, starting with "
+                         "a letter or digit), and not 16 hex digits (that reads as a release id)")
+    return name
+
+
+class TagExists(ValueError):
+    """The name already tags a release (tags are unique; untag it first)."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A rollback's pin: CURRENT stays on `release` until unpinned; `since` is when (UTC, ISO)."""
+
+    release: str
+    since: str
+
+    def line(self) -> str:
+        return (f"pinned to release {self.release} by a rollback on {self.since}: runs write their releases but "
+                f"do not make them current (`rewardhouse rollback --unpin` to resume)")
+
+
+def retired_long_enough(current_since: float | None, grace: float, now: float | None = None) -> bool:
+    """Whether every release out of CURRENT has been out of it for `grace` seconds: CURRENT last
+    changed at `current_since` (epoch seconds; None: no release was ever current), and a release
+    not current now left CURRENT at that change or before it."""
+    return grace <= 0 or current_since is None or (now if now is not None else time.time()) - current_since >= grace
+
+
+def prune_candidates(newest_first: list[str], keep: int, protected: set) -> list[str]:
+    """All but the newest `keep` releases, except `protected` ones (the current, the pinned and the
+    tagged); `keep` 0 keeps all."""
+    if keep <= 0:
+        return []
+    return [rid for rid in newest_first[keep:] if rid not in protected]
+
+
 class ReleaseStore:
     def __init__(self, releases_dir: Path):
         self.dir = releases_dir
@@ -297,12 +348,15 @@ class ReleaseStore:
         bulk: dict[str, dict[str, Path]] | None = None,
         rendered: dict[str, Callable[[Path], bytes]] | None = None,
         summary: dict | None = None,
+        changes: Callable[[Path, dict], tuple[dict, bytes]] | None = None,
     ) -> tuple[Manifest, bool]:
         """Write the release folder beside the others and rename it into place. `files` are copied in
         (relative path → staged file) and checksummed one by one; `bulk` are content-addressed folders
         (folder → {relative path → file}), hard-linked where possible and summarised by count;
         `rendered` files are produced from the release's final path (an export's meta that must point
-        at the published folder)."""
+        at the published folder). `changes(folder, tables)` is called once the tables are written
+        (the folder and their manifest entries) and returns the changelog for the manifest and the
+        text of its CHANGES.md."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.exists(release_id):
             return self.manifest(release_id), False
@@ -351,6 +405,11 @@ class ReleaseStore:
                         fsync(target)
                     total += target.stat().st_size
                 bulk_summary[folder] = {"files": len(members), "bytes": total}
+            log = {}
+            if changes is not None:
+                log, text = changes(tmp, entries)
+                _write_durable(tmp / CHANGES, text)
+                extra[CHANGES] = {"sha256": sha256_file(tmp / CHANGES), "bytes": len(text)}
             manifest = Manifest(
                 release_id=release_id,
                 created_at=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
@@ -361,6 +420,7 @@ class ReleaseStore:
                 files=extra,
                 bulk=bulk_summary,
                 summary=summary or {},
+                changes=log,
             )
             _write_durable(tmp / MANIFEST, manifest.to_json().encode())
             _fsync_tree(tmp)
@@ -397,23 +457,130 @@ class ReleaseStore:
         removed = []
         with self.writer_lock():
             for child in sorted(self.dir.iterdir()):
-                if child.name.startswith((TMP_PREFIX, f".{CURRENT}.")):
+                if child.name.startswith((TMP_PREFIX, f".{CURRENT}.", f".{PIN}.")):
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
                     removed.append(child.name)
+            if (self.dir / TAGS).is_dir():  # a tag being written
+                for child in sorted((self.dir / TAGS).glob(".*")):
+                    child.unlink(missing_ok=True)
+                    removed.append(f"{TAGS}/{child.name}")
         return removed
 
-    def prune(self, keep: int) -> list[str]:
-        """Delete all but the newest `keep` releases (never the current one); 0 keeps all."""
+    def prune(self, keep: int, grace: float = 0.0) -> list[str]:
+        """Delete all but the newest `keep` releases (never the current, pinned or a tagged one, and
+        none while CURRENT changed less than `grace` seconds ago); 0 keeps all."""
         with self.writer_lock():
-            doomed = self.prunable(keep, self.current())
+            doomed = self.prunable(keep, self.current(), grace)
             self.discard(doomed)
         return doomed
 
-    def prunable(self, keep: int, current: str | None) -> list[str]:
-        """What `prune(keep)` deletes once `current` is CURRENT."""
-        if keep <= 0:
+    def prunable(self, keep: int, current: str | None, grace: float = 0.0) -> list[str]:
+        """What `prune(keep, grace)` deletes once `current` is CURRENT. Read before CURRENT is swapped
+        to `current`: the release current until then has been out of it for no time at all, so a
+        swap within `grace` defers all pruning to a later publish (a reader that read CURRENT just
+        before may still be reading the release it named)."""
+        if keep <= 0 or not retired_long_enough(self.current_since(), grace):
             return []
-        return [m.release_id for m in self.list()[keep:] if m.release_id != current]
+        pin = self.pin()
+        # the release current until now too: it leaves CURRENT at this swap, not `grace` ago
+        protected = {current, self.current(), *self.tags().values(), *([pin.release] if pin else [])}
+        return prune_candidates([m.release_id for m in self.list()], keep, protected)
+
+    def current_since(self) -> float | None:
+        """When CURRENT last changed (epoch seconds), None when there is none."""
+        try:
+            return (self.dir / CURRENT).stat().st_mtime
+        except OSError:
+            return None
+
+    # --- tags and the rollback pin ---------------------------------------------------------------
+    def tags(self) -> dict[str, str]:
+        """Tag name -> release id (a tag whose release is gone is left out)."""
+        folder = self.dir / TAGS
+        if not folder.is_dir():
+            return {}
+        out = {}
+        for file in sorted(folder.iterdir()):
+            if file.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):
+                rid = file.read_text().strip()
+                if rid and self.exists(rid):
+                    out[file.name] = rid
+        return out
+
+    def tag(self, name: str, release_id: str) -> bool:
+        """Name a release; False when `name` already names it. TagExists when it names another."""
+        check_tag_name(name)
+        with self.writer_lock():
+            if not self.exists(release_id):
+                raise LookupError(f"no release {release_id!r} in {self.dir}")
+            folder = self.dir / TAGS
+            folder.mkdir(parents=True, exist_ok=True)
+            final = folder / name
+            tmp = folder / f".{name}.{uuid.uuid4().hex[:8]}"
+            try:
+                _write_durable(tmp, (release_id + "\n").encode())
+                try:
+                    os.link(tmp, final)  # create-only: a name is never moved by a second tag
+                except FileExistsError:
+                    held = final.read_text().strip()
+                    if held == release_id:
+                        return False
+                    raise TagExists(f"tag {name!r} already names release {held}; `rewardhouse untag {name}` first") from None
+            finally:
+                tmp.unlink(missing_ok=True)
+            fsync(folder)
+        return True
+
+    def untag(self, name: str) -> str:
+        """Remove a tag; returns the release it named. KeyError when there is no such tag."""
+        with self.writer_lock():
+            file = self.dir / TAGS / name
+            try:
+                rid = file.read_text().strip()
+                file.unlink()
+            except FileNotFoundError:
+                raise KeyError(f"no tag {name!r} (tags: {', '.join(sorted(self.tags())) or 'none'})") from None
+            fsync(file.parent)
+        return rid
+
+    def resolve(self, ref: str) -> str:
+        """A release id or a tag name -> the release id; LookupError naming what exists."""
+        tags = self.tags()
+        if ref in tags:
+            return tags[ref]
+        if self.exists(ref):
+            return ref
+        known = ", ".join(m.release_id for m in self.list()) or "none"
+        raise LookupError(f"no release or tag {ref!r} in {self.dir} (releases: {known}; "
+                          f"tags: {', '.join(sorted(tags)) or 'none'})")
+
+    def pin(self) -> Pin | None:
+        try:
+            body = json.loads((self.dir / PIN).read_text())
+            return Pin(body["release"], body["since"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def set_pin(self, release_id: str) -> Pin:
+        pin = Pin(release_id, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        with self.writer_lock():
+            tmp = self.dir / f".{PIN}.{uuid.uuid4().hex[:8]}"
+            try:
+                _write_durable(tmp, json.dumps(pin.__dict__).encode())
+                os.replace(tmp, self.dir / PIN)
+            finally:
+                tmp.unlink(missing_ok=True)
+            fsync(self.dir)
+        return pin
+
+    def clear_pin(self) -> Pin | None:
+        with self.writer_lock():
+            pin = self.pin()
+            (self.dir / PIN).unlink(missing_ok=True)
+            fsync(self.dir)
+        return pin
 
     def discard(self, release_ids: list[str]) -> None:
         with self.writer_lock():

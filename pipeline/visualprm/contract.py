@@ -59,7 +59,7 @@ def contracts(q: QualitySettings) -> dict[str, TableContract]:
         *between("mc_score", 0, 1),
         *between("num_mc_correct", 0),
         *between("num_mc_total", 0),
-    ), record_key="sample_id", description="one row per solution step with its +/- label")
+    ), record_key="sample_id", description="one row per solution step with its +/- label", distribution=("label",))
     ok = where("status", "ok")
     images = TableContract("prm_images", {
         "image_key": STRING, "origin": STRING, "sha256": STRING, "bytes": INT, "width": INT, "height": INT,
