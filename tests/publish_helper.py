@@ -2,7 +2,7 @@
 process of its own so a test can kill it, starve it of disk or run several at once.
 
     python tests/publish_helper.py ROOT SEQ [--keep K] [--go] [--fsize BYTES] [--pause-at N]
-    python tests/publish_helper.py ROOT 0 --rollback RELEASE | --prune --keep K [--pause-at N]
+    python tests/publish_helper.py ROOT 0 --rollback RELEASE | --prune --keep K | --tag NAME=REF [--pause-at N]
 
 `stage(root, seq)` first writes what the release is made of: Parquet tables under ROOT/staging/SEQ
 (published by copy, as the asset publishes its candidate), an export file to copy and a folder of
@@ -11,8 +11,8 @@ release's counts differ. With --go the helper prints "ready" once imported and s
 stdin, so a kill can be timed against the publish alone. --fsize caps the size of any file the
 process writes (RLIMIT_FSIZE with SIGXFSZ ignored: the write fails with EFBIG, as on a full disk).
 Prints what it did as JSON (release id, published, pruned, row counts, timings, and the events it
-went through); a PublishError exits 3 with its one-line message on stderr. With --rollback or
---prune it runs `warehouse.lifecycle`'s rollback or prune on ROOT instead, with the same events.
+went through); a PublishError exits 3 with its one-line message on stderr. With --rollback,
+--prune or --tag it runs `warehouse.lifecycle`'s rollback, prune or tag on ROOT instead, with the same events.
 
 Events, so a kill test aims at a moment of the publish rather than at a time: every file-system
 step that makes a publish durable or visible (os.fsync, os.replace, os.rename, os.link,
@@ -213,6 +213,7 @@ def main() -> int:
     parser.add_argument("--pause-at", default="", help="stop just before event N, or NAME#K (see the docstring)")
     parser.add_argument("--rollback", default="", metavar="REF", help="roll back to REF instead of publishing")
     parser.add_argument("--prune", action="store_true", help="prune to --keep releases instead of publishing")
+    parser.add_argument("--tag", default="", metavar="NAME=REF", help="tag REF as NAME instead of publishing")
     args = parser.parse_args()
     install_events(args.pause_at)
 
@@ -223,12 +224,15 @@ def main() -> int:
         print("ready", flush=True)
         sys.stdin.readline()
     try:
-        if args.rollback or args.prune:  # the lifecycle's writes, under the same events as a publish
+        if args.rollback or args.prune or args.tag:  # the lifecycle's writes, under the same events as a publish
             from pipeline.settings import Layout
             from warehouse import lifecycle
 
             layout = Layout(args.root)
-            if args.rollback:
+            if args.tag:
+                name, _, ref = args.tag.partition("=")
+                result = {"tagged": lifecycle.tag(layout, name, ref)[1], "events": EVENTS}
+            elif args.rollback:
                 rolled = lifecycle.rollback(layout, args.rollback)
                 result = {"release_id": rolled.release, "previous": rolled.previous, "events": EVENTS}
             else:

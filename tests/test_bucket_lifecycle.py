@@ -154,3 +154,32 @@ def test_rollback_killed_at_every_request_leaves_a_whole_current_release(bucket,
         assert (store.current(), store.pin().release) == ("r1", "r1")
     print(f"\n{len(steps)} kills: (CURRENT, pin) {dict(outcomes)}")
     assert outcomes[("r2", "r1")] >= 1, outcomes  # killed between the pin and the swap: the old release, whole
+
+
+def test_prune_killed_at_every_request_leaves_whole_releases_and_the_rest_is_swept(bucket, tmp_path, monkeypatch):
+    url = f"s3://{bucket}/data"
+    store = _published(tmp_path, monkeypatch, url, "r1", "r2", "r3")
+    env = {**os.environ, "REWARDHOUSE_SCRATCH": str(tmp_path / "cli")}
+    command = [sys.executable, str(HELPER), url, "0", "--prune", "--keep", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["pruned"] == ["r1"]
+    steps = [s for s in _steps(json.loads(done.stdout)["events"]) if s.startswith(("obstore.put", "obstore.delete"))]
+    assert len(steps) >= 2, steps  # the manifest, then the objects
+    for k, step in enumerate(steps):
+        _published(tmp_path, monkeypatch, url, f"s{k}")
+        before = store.releases()
+        proc = subprocess.Popen(command + ["--pause-at", step], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        line = proc.stdout.readline().strip()
+        assert line.startswith(f"event {step} "), (line, proc.stderr.read() if proc.poll() is not None else "")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        after = store.releases()
+        assert set(after) <= set(before) and store.current() == f"s{k}" and store.current() in after
+        for rid in after:  # every release still listed is whole
+            assert lifecycle.verify_bucket(store, rid) == [], rid
+        store.sweep(min_age=0)  # a manifest gone, objects left: a killed publish's leftovers
+        again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        assert again.returncode == 0, again.stderr
+        assert len(store.releases()) == 2 and store.sweep(min_age=0) == []

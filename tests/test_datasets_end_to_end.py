@@ -103,7 +103,7 @@ def test_consumers_load_a_table_as_a_polars_lazyframe(sample_home):
     assert steps == q(sample_home, "select count(*) from prm_steps where label = '-'")[0][0]
     with pytest.raises(KeyError, match="has no table 'nope'"):
         load("nope", home=sample_home)
-    with pytest.raises(LookupError, match="no release 'feedbeef'"):
+    with pytest.raises(LookupError, match="no release or tag 'feedbeef'"):
         load("vlrb_pairs", release="feedbeef", home=sample_home)
 
 

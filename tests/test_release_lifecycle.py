@@ -234,3 +234,42 @@ def test_prune_killed_at_every_step_leaves_whole_releases(tmp_path):
         assert assert_consistent(root)[0] == release_id(10 + k)
         assert _events(root, "--prune", "--keep", "4") is not None
         assert len(ReleaseStore(root / "releases").list()) == 4
+
+
+def test_tag_killed_at_every_step_leaves_the_tag_or_nothing(tmp_path):
+    root = tmp_path / "home"
+    store = _releases(root, 1, 2)
+    steps = _steps(_events(root, "--tag", "gold=r0001"))
+    lifecycle.untag(Layout(root), "gold")
+    assert len(steps) >= 3, steps  # the file written and flushed, linked into place, the folder flushed
+    for step in steps:
+        _kill_at(root, step, "--tag", "gold=r0001")
+        assert store.tags() in ({}, {"gold": "r0001"}), step  # never a half-written tag
+        assert _events(root, "--tag", "gold=r0001") is not None and store.tags() == {"gold": "r0001"}
+        assert not [p.name for p in (store.dir / "tags").iterdir() if p.name.startswith(".")]
+        lifecycle.untag(Layout(root), "gold")
+
+
+def test_tag_and_rollback_wait_for_a_publish_in_flight_and_say_who_holds_the_lock(tmp_path):
+    root = tmp_path / "home"
+    _releases(root, 1, 2)
+    stage(root, 3)
+    publisher = subprocess.Popen([sys.executable, str(HELPER), str(root), "3", "--pause-at", "os.rename#1"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert publisher.stdout.readline().startswith("event os.rename#1 ")  # holds the writer lock, mid-publish
+    env = {**os.environ, "REWARDHOUSE_HOME": str(root)}
+    cli = Path(sys.executable).with_name("rewardhouse")
+    waiting = [subprocess.Popen([str(cli), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+               for argv in (["tag", "gold", "r0001"], ["rollback", "r0001"])]
+    for proc in waiting:
+        line = proc.stderr.readline()
+        assert "waiting for the warehouse writer: held by" in line and f"pid {publisher.pid}" in line, line
+        assert proc.poll() is None
+    publisher.stdin.write("\n")
+    publisher.stdin.flush()
+    assert publisher.wait(60) == 0
+    outs = [proc.communicate(timeout=60) for proc in waiting]
+    assert [p.returncode for p in waiting] == [0, 0], outs
+    store = ReleaseStore(root / "releases")
+    assert store.tags() == {"gold": "r0001"} and store.current() == "r0001" and store.exists("r0003")
+    assert assert_consistent(root) == ("r0001", "r0001")

@@ -513,6 +513,7 @@ class ReleaseStore:
         """Name a release; False when `name` already names it. TagExists when it names another."""
         check_tag_name(name)
         with self.writer_lock():
+            self.sweep_temporaries()  # a tag (or publish) killed half-way leaves its temporary
             if not self.exists(release_id):
                 raise LookupError(f"no release {release_id!r} in {self.dir}")
             folder = self.dir / TAGS
