@@ -127,6 +127,16 @@ def _steps(events: list[str]) -> list[str]:
     return [f"{name}#{seen.update([name]) or seen[name]}" for name in events]
 
 
+def _kill_at(command: list[str], step: str, env: dict) -> None:
+    """Run the helper's command until it is about to take `step`, and SIGKILL it there."""
+    proc = subprocess.Popen(command + ["--pause-at", step], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline().strip()
+    assert line.startswith(f"event {step} "), (line, proc.stderr.read() if proc.poll() is not None else "")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+
+
 def test_rollback_killed_at_every_request_leaves_a_whole_current_release(bucket, tmp_path, monkeypatch):
     url = f"s3://{bucket}/data"
     store = _published(tmp_path, monkeypatch, url, "r1", "r2")
@@ -140,12 +150,7 @@ def test_rollback_killed_at_every_request_leaves_a_whole_current_release(bucket,
     for step in steps:
         store.swap_current("r2")
         store.clear_pin()
-        proc = subprocess.Popen(command + ["--pause-at", step], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        line = proc.stdout.readline().strip()
-        assert line.startswith(f"event {step} "), (line, proc.stderr.read() if proc.poll() is not None else "")
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
+        _kill_at(command, step, env)
         current, pin = store.current(), store.pin()
         assert current in ("r1", "r2") and lifecycle.verify_bucket(store, current) == []
         outcomes[(current, pin.release if pin else None)] += 1
@@ -169,12 +174,7 @@ def test_prune_killed_at_every_request_leaves_whole_releases_and_the_rest_is_swe
     for k, step in enumerate(steps):
         _published(tmp_path, monkeypatch, url, f"s{k}")
         before = store.releases()
-        proc = subprocess.Popen(command + ["--pause-at", step], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        line = proc.stdout.readline().strip()
-        assert line.startswith(f"event {step} "), (line, proc.stderr.read() if proc.poll() is not None else "")
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
+        _kill_at(command, step, env)
         after = store.releases()
         assert set(after) <= set(before) and store.current() == f"s{k}" and store.current() in after
         for rid in after:  # every release still listed is whole
