@@ -183,3 +183,21 @@ def test_prune_killed_at_every_request_leaves_whole_releases_and_the_rest_is_swe
         again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
         assert again.returncode == 0, again.stderr
         assert len(store.releases()) == 2 and store.sweep(min_age=0) == []
+
+
+def test_tag_killed_at_every_request_leaves_the_tag_or_nothing(bucket, tmp_path, monkeypatch):
+    url = f"s3://{bucket}/data"
+    store = _published(tmp_path, monkeypatch, url, "r1", "r2")
+    env = {**os.environ, "REWARDHOUSE_SCRATCH": str(tmp_path / "cli")}
+    command = [sys.executable, str(HELPER), url, "0", "--tag", "gold=r1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and json.loads(done.stdout)["tagged"] is True, done.stderr
+    steps = [s for s in _steps(json.loads(done.stdout)["events"]) if s.startswith(("obstore.put", "obstore.delete"))]
+    assert steps, steps
+    for step in steps:
+        store.untag("gold")
+        _kill_at(command, step, env)
+        assert store.tags() in ({}, {"gold": "r1"}), step
+        again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        assert again.returncode == 0, again.stderr
+        assert store.tags() == {"gold": "r1"} and store.current() == "r2"
