@@ -552,30 +552,31 @@ def _contents_lines(layout: Layout) -> list[str]:
 def _connect_readonly(layout: Layout, limits=None, release: str | None = None):
     """A read-only session on the warehouse: the current release's tables and views, or with
     `release` (an id or a tag) that release's tables, and the derived views over them."""
-    from warehouse.duck import SQL_DIR, connect_readonly, lock_session, schema_for
+    import duckdb
 
+    from warehouse.duck import SQL_DIR, connect_readonly, lock_session, schema_for
+    from warehouse.lifecycle import resolve
+    from warehouse.objectstore import ObjectStoreError
+
+    try:
+        rid = resolve(release, layout) if release else None
+    except (LookupError, ObjectStoreError) as exc:  # nothing to read there: one line, as for a missing file
+        raise FileNotFoundError(str(exc).splitlines()[0]) from None
     if layout.remote:  # the bucket's current release (or the one asked for), attached read-only
-        from warehouse.lifecycle import resolve
-        from warehouse.objectstore import ObjectStoreError
         from warehouse.remote import connect_remote
 
         try:
-            con, _ = connect_remote(layout.remote, resolve(release, layout) if release else None)
-        except (LookupError, ObjectStoreError) as exc:  # nothing to read there: one line, as for a missing file
+            con, _ = connect_remote(layout.remote, rid)
+        except (LookupError, ObjectStoreError) as exc:
             raise FileNotFoundError(str(exc)) from None
         return lock_session(con, limits)
     if not layout.warehouse.is_file():
         raise FileNotFoundError(f"no warehouse at {layout.warehouse}; run `rewardhouse run` first")
     con = connect_readonly(layout.warehouse, limits)
-    if release:
-        from warehouse.store import ReleaseStore
-
-        import duckdb
-
+    if rid is not None:
         try:
-            rid = ReleaseStore(layout.releases).resolve(release)
             con.execute(f'use "{schema_for(rid)}"')
-        except (LookupError, duckdb.CatalogException) as exc:
+        except duckdb.CatalogException as exc:
             con.close()
             raise FileNotFoundError(str(exc).splitlines()[0]) from None
         for file in sorted(SQL_DIR.glob("*.sql")):  # the derived views, over this release's tables
