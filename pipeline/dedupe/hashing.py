@@ -56,6 +56,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import zipfile
 import zlib
@@ -237,30 +238,109 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
     try:
         with open_image(data, max_pixels) as im:
             width, height, fmt = *im.size, im.format  # the original size, before draft shrinks it
-            if fmt == "JPEG":
-                grey, cb, cr = _jpeg_draft(im)
-                detail = Image.fromarray(thumbnail(grey, DETAIL_SIDE))
-                # The draft decode is approximate already: pHash and dHash resize the detail
-                # (128 px) instead of the decode, which saves a pass over it.
-                hashes = phash(detail), dhash(detail)
+            jpeg = fmt == "JPEG"
+            compiled = _compiled()
+            resize = _resize if compiled else pillow_resize
+            # A JPEG's draft decode comes in few sizes: it is resized by the compiled LANCZOS
+            # (sigkernels.resize: Pillow's pixels in a third of the time, once its order of passes
+            # is read for the size); any other image, at full size, by Pillow.
+            if jpeg:
+                luma, cb, cr = _jpeg_draft(im, resize)
+                detail = resize(luma, DETAIL_SIDE, DETAIL_SIDE)
             else:
                 grey = _grey(im)
                 cb, cr = _chroma_planes(im)
-                hashes = phash(grey), dhash(grey)
-                detail = Image.fromarray(thumbnail(grey, DETAIL_SIDE))
-            thumb = thumbnail(detail)
-            fine = robust = None
-            if has_background(np.asarray(detail)):
-                full = fmt != "JPEG" or min(grey.size) >= min(FINE_SIDE, width, height)
-                fine = pack_fine(thumbnail(grey if full else _jpeg_grey(data, max_pixels), FINE_SIDE))
-            else:
-                robust = robust_hash(np.asarray(detail))
-        sig = np.concatenate([np.asarray(detail).ravel(), cb.ravel(), cr.ravel()]).tobytes()
+                detail = thumbnail(grey, DETAIL_SIDE)
+            # The draft decode is approximate already: a JPEG's pHash and dHash resize the detail
+            # (128 px) instead of the decode, which saves a pass over it; any other image's are
+            # imagehash's, from the whole decode.
+            read = read_detail(detail, with_hashes=jpeg, compiled=compiled)
+            hashes = (read.phash, read.dhash) if jpeg else (phash(grey), dhash(grey))
+            fine = None
+            if read.background and jpeg:  # the draft may stop short of FINE_SIDE: decoded again then
+                big = min(luma.shape) >= min(FINE_SIDE, width, height)
+                fine = pack_fine(resize(luma if big else np.asarray(_jpeg_grey(data, max_pixels)), FINE_SIDE, FINE_SIDE))
+            elif read.background:
+                fine = pack_fine(thumbnail(grey, FINE_SIDE))
+        sig = np.concatenate([detail.ravel(), cb.ravel(), cr.ravel()]).tobytes()
         mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
-        return HashedImage(key, sha, *hashes, width, height, None, fmt, *region_hashes(thumb), sig, fine, mean_cb, mean_cr,
-                           robust)
+        return HashedImage(key, sha, *hashes, width, height, None, fmt, *read.regions, sig, fine, mean_cb, mean_cr,
+                           read.robust)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
+
+
+@dataclass(frozen=True)
+class DetailRead:
+    """What the signature reads off the DETAIL_SIDE luma (read_detail)."""
+
+    phash: int | None  # of the detail (a JPEG's); None when not asked for
+    dhash: int | None
+    regions: tuple[int, int, int]  # crop_hash, top_hash, bottom_hash (region_hashes of the 64 px thumbnail)
+    background: bool  # has_background
+    robust: int | None  # robust_hash, for an image without a drawn background
+
+
+def read_detail(detail: np.ndarray, with_hashes: bool = True, compiled: bool = True) -> DetailRead:
+    """The 64 px thumbnail's region hashes, the drawn background, the robust hash and (with_hashes)
+    the pHash and dHash of a DETAIL_SIDE x DETAIL_SIDE uint8 luma: in one compiled call
+    (sigkernels.signature) or, not `compiled`, by phash, dhash, region_hashes(thumbnail(...)),
+    has_background and robust_hash, with the same bits."""
+    if not compiled:
+        im = Image.fromarray(np.ascontiguousarray(detail, np.uint8))
+        background = has_background(detail)
+        return DetailRead(phash(im) if with_hashes else None, dhash(im) if with_hashes else None,
+                          region_hashes(thumbnail(im)), background, None if background else robust_hash(detail))
+    from pipeline.dedupe import sigkernels as sk
+
+    out = np.zeros(8, np.int64)
+    sk.signature(np.ascontiguousarray(detail, np.uint8), *_detail_taps(), _DCT, _region_matrices(), with_hashes,
+                 float(BG_TOL), BG_MIN, ROBUST_CLIP[0], ROBUST_CLIP[1], out)
+    background = bool(out[5])
+    return DetailRead(int(out[0]) if with_hashes else None, int(out[1]) if with_hashes else None,
+                      (int(out[2]), int(out[3]), int(out[4])), background, None if background else int(out[6]))
+
+
+_hashed_here = 0  # images hashed in this process without the compiled loops
+
+
+def _compiled() -> bool:
+    """Whether this image is read by the compiled loops (sigkernels.py): yes once they are loaded
+    (pool workers load them at their start, pool_warm.py); a process hashing on its own starts
+    without them, as numba's start-up (~0.8 s) costs more than a small folder takes, and loads
+    them after SMALL_BATCH images. Both ways give the same bits (tests/test_sigkernels.py)."""
+    global _hashed_here
+    if "pipeline.dedupe.sigkernels" in sys.modules:
+        return True
+    _hashed_here += 1
+    if _hashed_here <= SMALL_BATCH:
+        return False
+    import pipeline.dedupe.sigkernels  # noqa: F401
+    return True
+
+
+def _resize(plane: np.ndarray, width: int, height: int, kind: str = "lanczos") -> np.ndarray:
+    from pipeline.dedupe.sigkernels import resize
+    return resize(plane, width, height, kind)
+
+
+def pillow_resize(plane: np.ndarray, width: int, height: int, kind: str = "lanczos") -> np.ndarray:
+    """A uint8 plane resized by Pillow's Image.resize (LANCZOS or BOX) of a mode "L" image of it."""
+    filt = LANCZOS if kind == "lanczos" else Image.Resampling.BOX
+    return np.asarray(Image.fromarray(np.ascontiguousarray(plane)).resize((width, height), filt))
+
+
+@lru_cache(maxsize=1)
+def _detail_taps():
+    from pipeline.dedupe.sigkernels import lanczos_taps
+    return (lanczos_taps(DETAIL_SIDE, THUMB_SIDE), lanczos_taps(DETAIL_SIDE, PHASH_SIDE),
+            lanczos_taps(DETAIL_SIDE, HASH_SIDE + 1), lanczos_taps(DETAIL_SIDE, HASH_SIDE))
+
+
+@lru_cache(maxsize=1)
+def _region_matrices() -> np.ndarray:
+    """(3, 2, 8, THUMB_SIDE): the rows and columns DCT matrices of each of REGIONS, in its order."""
+    return np.ascontiguousarray([[_region_dct(*rows), _region_dct(*cols)] for rows, cols in REGIONS.values()])
 
 
 FINE_SIDE = 256  # the second look's luma (fine.py), for images with a plain background
@@ -296,18 +376,21 @@ def _jpeg_grey(data: bytes, max_pixels: int | None) -> Image.Image:
 _NEUTRAL = np.full((CHROMA_SIDE, CHROMA_SIDE), 128, np.uint8)
 
 
-def _jpeg_draft(im: Image.Image) -> tuple[Image.Image, np.ndarray, np.ndarray]:
+def _jpeg_draft(im: Image.Image, resize=pillow_resize) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decode a JPEG at 1/2..1/8 scale (libjpeg's DCT scaling, >= DETAIL_SIDE px a side): a colour
-    JPEG as YCbCr, whose Y is the grey and whose Cb/Cr planes are the chroma; any other as grey."""
+    JPEG as YCbCr, whose Y is the grey and whose Cb/Cr planes are the chroma (each box-averaged to
+    CHROMA_SIDE by `resize`, as Pillow's BOX resize of the image would); any other as grey.
+    Returns the luma plane (uint8 rows x columns, possibly a strided view) and the chroma planes."""
     if im.mode == "RGB":
         im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))
         im.load()
-        if im.mode == "YCbCr":  # Y is the grey; Cb and Cr box-averaged together (the same as one by one)
-            small = np.asarray(im.resize((CHROMA_SIDE, CHROMA_SIDE), Image.Resampling.BOX))
-            return im.getchannel(0), np.ascontiguousarray(small[..., 1]), np.ascontiguousarray(small[..., 2])
-        return (_grey(im), *_chroma_planes(im))
+        if im.mode == "YCbCr":
+            ycc = np.asarray(im)
+            return (ycc[..., 0], resize(ycc[..., 1], CHROMA_SIDE, CHROMA_SIDE, "box"),
+                    resize(ycc[..., 2], CHROMA_SIDE, CHROMA_SIDE, "box"))
+        return (np.asarray(_grey(im)), *_chroma_planes(im))
     im.draft("L", (DETAIL_SIDE, DETAIL_SIDE))
-    return _grey(im), _NEUTRAL, _NEUTRAL
+    return np.asarray(_grey(im)), _NEUTRAL, _NEUTRAL
 
 
 def _chroma_planes(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:
@@ -398,7 +481,7 @@ def _pool_context():
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    ctx.set_forkserver_preload([__name__, "pipeline.dedupe.pool_warm"])  # workers fork with the compiled loops loaded
     return ctx
 
 

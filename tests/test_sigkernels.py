@@ -1,0 +1,101 @@
+"""The signature's compiled loops (pipeline/dedupe/sigkernels.py) give Pillow's and numpy's results
+bit for bit: the resizes against Image.resize, what is read off the 128 px luma against the
+hashing functions it replaces, on random, drawn, flat and photo-like planes of many sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pipeline.dedupe import hashing, sigkernels
+
+RNG = np.random.default_rng(11)
+
+
+def planes():
+    """Random noise, smooth fields, drawn blocks on white, stripes and flats, in odd sizes."""
+    out = []
+    for k, (h, w) in enumerate([(128, 128), (240, 320), (150, 200), (97, 131), (64, 300), (513, 17), (128, 129),
+                                (1000, 60), (33, 33), (300, 260)]):
+        kind = k % 5
+        if kind == 0:
+            a = RNG.integers(0, 256, (h, w), dtype=np.uint8)
+        elif kind == 1:
+            a = np.asarray(Image.fromarray(RNG.integers(0, 256, (4, 5), dtype=np.uint8)).resize((w, h), Image.BICUBIC))
+        elif kind == 2:
+            a = np.full((h, w), 255, np.uint8)
+            for _ in range(6):
+                y, x = RNG.integers(0, max(h - 8, 1)), RNG.integers(0, max(w - 8, 1))
+                a[y:y + RNG.integers(2, max(h // 3, 3)), x:x + RNG.integers(2, max(w // 3, 3))] = RNG.integers(0, 256)
+        elif kind == 3:
+            a = np.zeros((h, w), np.uint8)
+            a[::3] = 255
+        else:
+            a = np.full((h, w), int(RNG.integers(0, 256)), np.uint8)
+        out.append(a)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["lanczos", "box"])
+def test_resize_equals_pillow_bit_for_bit(kind):
+    resample = Image.Resampling.LANCZOS if kind == "lanczos" else Image.Resampling.BOX
+    for a in planes():
+        for size in [(128, 128), (64, 64), (32, 32), (9, 8), (256, 256), (40, 70)]:
+            ours = sigkernels.resize(a, *size, kind)
+            theirs = np.asarray(Image.fromarray(a).resize(size, resample))
+            assert ours.shape == theirs.shape
+            assert np.array_equal(ours, theirs), (a.shape, size, kind)
+
+
+def test_resize_reads_strided_planes_as_pillow_reads_the_channel():
+    ycc = RNG.integers(0, 256, (150, 200, 3), dtype=np.uint8)
+    for c in range(3):
+        theirs = np.asarray(Image.fromarray(np.ascontiguousarray(ycc[..., c])).resize((128, 128), Image.LANCZOS))
+        assert np.array_equal(sigkernels.resize(ycc[..., c], 128, 128), theirs)
+
+
+def test_large_planes_are_left_to_pillow_with_the_same_result():
+    a = RNG.integers(0, 256, (800, 800), dtype=np.uint8)
+    assert a.size > sigkernels.COMPILED_MAX
+    assert np.array_equal(sigkernels.resize(a, 128, 128), np.asarray(Image.fromarray(a).resize((128, 128), Image.LANCZOS)))
+
+
+def test_what_is_read_off_the_detail_equals_the_functions_it_replaces():
+    details = [sigkernels.resize(a, 128, 128) for a in planes()]
+    details += [RNG.integers(0, 256, (128, 128), dtype=np.uint8) for _ in range(40)]
+    backgrounds = 0
+    for d in details:
+        read = hashing.read_detail(d)
+        im = Image.fromarray(d)
+        bg = hashing.has_background(d)
+        backgrounds += bg
+        assert read.phash == hashing.phash(im)
+        assert read.dhash == hashing.dhash(im)
+        assert read.regions == hashing.region_hashes(hashing.thumbnail(im))
+        assert read.background == bg
+        assert read.robust == (None if bg else hashing.robust_hash(d))
+        assert hashing.read_detail(d, with_hashes=False).phash is None
+    assert 0 < backgrounds < len(details)  # both branches were read
+
+
+def test_hash_bytes_is_the_same_with_and_without_the_compiled_loops(monkeypatch):
+    """A process hashing on its own starts on Pillow and numpy and moves to the compiled loops after
+    SMALL_BATCH images (hashing._compiled): every field of every row is the same either way."""
+    import io
+
+    from tests.dedupe_images import bar_chart, encode, grey, photo, text_page
+
+    datas = []
+    for i in range(4):
+        for im in (photo(i), bar_chart([0.2 + 0.1 * i, 0.6, 0.4]), text_page(i)):
+            datas += [encode(im, "JPEG", 85), encode(grey(im), "JPEG", 80), encode(im, "PNG")]
+    buf = io.BytesIO()
+    Image.fromarray(RNG.integers(0, 256, (700, 40, 3), dtype=np.uint8)).save(buf, "JPEG")  # a tall, narrow draft
+    datas.append(buf.getvalue())
+    rows = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(hashing, "_compiled", lambda c=compiled: c)
+        rows[compiled] = [hashing.hash_bytes(str(i), d) for i, d in enumerate(datas)]
+    assert rows[False] == rows[True]
+    assert any(r.fine for r in rows[True]) and any(r.robust_hash is not None for r in rows[True])
