@@ -119,29 +119,6 @@ def envelope(x, quarters):
 
 
 @njit(**_JIT)
-def _bin_sums(x, y, use, use_mask, lo, hi):
-    """Per bin of x (TONE_BINS bins of 16 levels), over a TONE_SIDE grid of the pixels whose y - x
-    lies in that bin's lo..hi (and that `use` keeps, when use_mask): count, sum of y, sum of x."""
-    s = x.shape[0]
-    step = max(1, s // TONE_SIDE)
-    cnt = np.zeros(TONE_BINS, np.int64)
-    sy = np.zeros(TONE_BINS, np.int64)
-    sx = np.zeros(TONE_BINS, np.int64)
-    for i in range(0, s, step):
-        xr, yr, ur = x[i], y[i], use[i]
-        for j in range(0, s, step):
-            if use_mask and not ur[j]:
-                continue
-            k = xr[j] >> 4
-            v = np.int64(yr[j])
-            if lo[k] <= v - xr[j] <= hi[k]:
-                cnt[k] += 1
-                sy[k] += v
-                sx[k] += xr[j]
-    return cnt, sy, sx
-
-
-@njit(**_JIT)
 def tone_table(x, y, use, use_mask):
     """The tone curve from x's values to y's as a 256-entry int16 table: TONE_BINS bins of x, in
     each the most common y - x (to 8 levels) and the mean of y over the pixels whose y - x lies
@@ -150,27 +127,40 @@ def tone_table(x, y, use, use_mask):
     of the pixels; `use` (when use_mask) leaves pixels out. No bin read: the identity."""
     s = x.shape[0]
     step = max(1, s // TONE_SIDE)
-    votes = np.zeros(TONE_BINS * 64, np.int32)  # per bin of x, y - x to 8 levels
+    # One pass: per bin of x and per 4 levels of y - x, the count and the sums of y and of x. The
+    # 8-level votes are pairs of these, and the window of TONE_KEEP levels around a vote's middle
+    # (8 c + 3.5 - 256 +- 24: y - x + 256 in 8 c - 20 .. 8 c + 27) is exactly the 4-level steps
+    # 2 c - 5 .. 2 c + 6, so the second reading needs no second pass over the pixels.
+    cnt4 = np.zeros((TONE_BINS, 128), np.int64)
+    sy4 = np.zeros((TONE_BINS, 128), np.int64)
+    sx4 = np.zeros((TONE_BINS, 128), np.int64)
     seen = np.zeros(TONE_BINS, np.int32)  # per bin of x, every pixel (used or not)
     for i in range(0, s, step):
         xr, yr, ur = x[i], y[i], use[i]
         for j in range(0, s, step):
-            xv = np.int32(xr[j])
-            seen[xv >> 4] += 1
+            xv = np.int64(xr[j])
+            k = xv >> 4
+            seen[k] += 1
             if use_mask and not ur[j]:
                 continue
-            votes[((xv >> 4) << 6) + ((np.int32(yr[j]) - xv + 256) >> 3)] += 1
-    lo = np.empty(TONE_BINS, np.int64)
-    hi = np.empty(TONE_BINS, np.int64)
+            yv = np.int64(yr[j])
+            d = (yv - xv + 256) >> 2
+            cnt4[k, d] += 1
+            sy4[k, d] += yv
+            sx4[k, d] += xv
+    cnt2 = np.zeros(TONE_BINS, np.int64)
+    sy2 = np.zeros(TONE_BINS, np.int64)
+    sx2 = np.zeros(TONE_BINS, np.int64)
     for k in range(TONE_BINS):
-        best = 0
-        for c in range(1, 64):
-            if votes[k * 64 + c] > votes[k * 64 + best]:
-                best = c
-        m = 8 * best + 3.5 - 256  # the most common y - x
-        lo[k] = int(np.ceil(m - TONE_KEEP))
-        hi[k] = int(np.floor(m + TONE_KEEP))
-    cnt2, sy2, sx2 = _bin_sums(x, y, use, use_mask, lo, hi)
+        best, most = 0, -1
+        for c in range(64):
+            v = cnt4[k, 2 * c] + cnt4[k, 2 * c + 1]
+            if v > most:
+                best, most = c, v
+        for d in range(max(2 * best - 5, 0), min(2 * best + 7, 128)):
+            cnt2[k] += cnt4[k, d]
+            sy2[k] += sy4[k, d]
+            sx2[k] += sx4[k, d]
     kx = np.empty(TONE_BINS + 2, np.float64)
     ky = np.empty(TONE_BINS + 2, np.float64)
     n = 0
