@@ -8,10 +8,12 @@ import importlib
 
 from assets import dedupe, release
 from checks import release as release_checks
-from pipeline import datasets
+from pipeline import datasets, event_log
 from pipeline.resources import default_resource
 from pipeline.schedules import nightly_refresh
 from pipeline.sensors import dead_run_reaper, run_failure_notifier, upstream_change_sensor
+
+event_log.install()  # one SQLite engine per event database, not one per event (pipeline/event_log.py)
 
 # Every dataset of the registry brings its own assets (and checks); dedupe and release are shared.
 _dataset_assets = [importlib.import_module(d.assets) for d in datasets.DATASETS]
