@@ -330,6 +330,16 @@ def pillow_resize(plane: np.ndarray, width: int, height: int, kind: str = "lancz
     return np.asarray(Image.fromarray(np.ascontiguousarray(plane)).resize((width, height), filt))
 
 
+def warm() -> None:
+    """Load the compiled loops of the signature (sigkernels.py) and run each once: pool workers
+    fork with them ready (pool_warm.py), verify.warm builds them on a new checkout."""
+    from pipeline.dedupe import sigkernels
+
+    sigkernels.warm()
+    read_detail(np.zeros((DETAIL_SIDE, DETAIL_SIDE), np.uint8))
+    read_detail(np.arange(DETAIL_SIDE * DETAIL_SIDE, dtype=np.uint8).reshape(DETAIL_SIDE, DETAIL_SIDE), with_hashes=False)
+
+
 @lru_cache(maxsize=1)
 def _detail_taps():
     from pipeline.dedupe.sigkernels import lanczos_taps

@@ -1,19 +1,20 @@
-"""Compiled loops of the signature (hashing.py): everything read off the 128 px luma of an image.
+"""Compiled loops of the signature (hashing.py): a JPEG's resizes and what is read off the 128 px luma.
 
-`hashing.hash_bytes` decodes an image once and resizes it to the DETAIL_SIDE luma with Pillow;
-what the signature reads off that luma (the 64 px thumbnail, the pHash and dHash of a JPEG, the
-region hashes, whether the image has a drawn background, the robust hash) was a dozen small
-Pillow and numpy calls, about 0.8 ms of Python per image against a ~3 ms decode. Here they are
-one compiled call with the same results bit for bit:
+`hashing.hash_bytes` decodes an image once; resizing a JPEG's draft decode to the DETAIL_SIDE
+luma and its chroma to CHROMA_SIDE, then reading the 64 px thumbnail, the pHash and dHash, the
+region hashes, the drawn background and the robust hash off the luma, was a dozen Pillow and
+numpy calls, about 2 ms of a ~5 ms image. Here they are compiled, with the same results bit for bit:
 
-- the resizes are Pillow's LANCZOS for 8-bit images (libImaging/Resample.c: coefficients
-  normalised in double, quantised to 22-bit fixed point rounding half away from zero, a
-  horizontal pass then a vertical one, each rounded and clipped to 8 bits), with the
-  coefficients computed in Python by the same formula (`math.sin`, the C library's, as Pillow's);
+- the resizes are Pillow's LANCZOS and BOX for 8-bit images (libImaging/Resample.c: taps
+  normalised in double, quantised to 22-bit fixed point rounding half away from zero, one pass
+  per axis, each rounded and clipped to 8 bits), with the taps computed in Python by the same
+  formula (`math.sin`, the C library's, as Pillow's), in the order of passes this Pillow takes
+  for the geometry (read once per geometry, `_order`);
 - the DCT terms are the same float64 products, rounded to 6 decimals as hashing._phash_pixels
   rounds them, and compared with their median as hashing._above_median does.
 
-tests/test_hashing.py holds them equal to the Pillow and numpy path on random and drawn images.
+tests/test_sigkernels.py holds them equal to Pillow and to the numpy path on random and drawn
+images of many sizes.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ COMPILED_MAX = 1 << 19  # pixels (beyond, Pillow is as fast: the float copy no l
 
 
 def _pillow(plane: np.ndarray, width: int, height: int, kind: str) -> np.ndarray:
-    from pipeline.dedupe.hashing import pillow_resize
-    return pillow_resize(plane, width, height, kind)
+    from PIL import Image
+    filt = Image.Resampling.LANCZOS if kind == "lanczos" else Image.Resampling.BOX
+    return np.asarray(Image.fromarray(np.ascontiguousarray(plane)).resize((width, height), filt))
 
 
 def _passes(plane: np.ndarray, width: int, height: int, kind: str, vertical_first: bool) -> np.ndarray:
@@ -287,14 +289,11 @@ def signature(detail, t64, p32, d9, d8, dct, regions, with_hashes, bg_tol, bg_sh
     return thumb
 
 
+
 def warm() -> None:
-    """Compile (or load from the cache) the loops an image meets, on a tiny image: a new checkout
-    pays the compilation here, once, rather than inside a timed step."""
+    """Compile (or load from the cache) the resizes an image meets, on tiny planes (hashing.warm
+    adds what is read off the detail): a new checkout pays the compilation once, not in a timed step."""
     x = np.zeros((40, 30), np.uint8)
     resize(x, 32, 32, "box")
-    resize(x[:, :], 128, 128)
-    y = np.zeros((40, 30, 3), np.uint8)
-    resize(y[..., 0], 128, 128)
-    from pipeline.dedupe.hashing import read_detail
-    read_detail(np.zeros((128, 128), np.uint8))
-    read_detail(np.arange(128 * 128, dtype=np.uint8).reshape(128, 128), with_hashes=False)
+    resize(x, 128, 128)
+    resize(np.zeros((40, 30, 3), np.uint8)[..., 0], 128, 128)

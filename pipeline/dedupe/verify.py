@@ -538,8 +538,8 @@ def warm() -> None:
     """Compile (or load from the cache) every compiled loop a pair can meet: the first look's
     (kernels.py) and the second look's (fine.py), and the signature's (sigkernels.py). A new
     checkout pays the compilation here, once, rather than inside a timed step."""
-    from pipeline.dedupe import fine, kernels, sigkernels
+    from pipeline.dedupe import fine, hashing, kernels
 
     kernels.warm()
     fine.warm()
-    sigkernels.warm()
+    hashing.warm()
