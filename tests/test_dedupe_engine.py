@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageEnhance
 
 from pipeline.dedupe.decisions import ThumbColumn, run_engine
 from pipeline.dedupe.engine import ROUTES, candidate_pairs
@@ -298,6 +298,26 @@ def test_the_canonical_is_the_image_its_copies_are_copies_of():
                   np.array([True, True]), np.array(["overlay", "crop"], dtype=object), np.array([0.85, 0.99], np.float32))
     c = cluster_nodes(3, pairs, np.array([1, 0, 2]), thumbs)  # by pixels then bytes, the PNG ranks first
     assert list(c.canonical) == [0, 0, 0] and list(c.kind) == [None, "overlay", "crop"]
+
+
+def test_the_canonical_is_accepted_against_the_most_members():
+    """An original, a brightened copy saved larger (more bytes) and a captioned copy, all of one
+    size. Original ~ brightened and brightened ~ cropped are the same pixels; original ~ captioned
+    is an overlay; brightened ~ captioned is refused (two edits). The original and the brightened
+    copy tie on pairs accepted as the same pixels (the brightened copy's bytes would win), but the
+    original is accepted against every member: it is canonical and all join, none is split off."""
+    from pipeline.dedupe.engine import Pairs, cluster_nodes
+
+    images = [encode(PHOTO, "JPEG", 80), encode(ImageEnhance.Brightness(PHOTO).enhance(1.2), "PNG"), encode(caption_bar(PHOTO), "JPEG", 80),
+              encode(crop(PHOTO, 0.04), "JPEG", 80)]
+    thumbs = np.stack([np.frombuffer(hash_bytes(str(i), d).thumb, np.uint8) for i, d in enumerate(images)])
+    pairs = Pairs(np.array([0, 0, 1, 0]), np.array([1, 2, 3, 3]), np.zeros(4, np.int8), np.array([2, 4, 2, 2], np.int16),
+                  np.array([True, True, True, True]), np.array(["near", "overlay", "crop", "crop"], dtype=object),
+                  np.array([0.99, 0.85, 0.99, 0.99], np.float32))
+    pixels = np.array([1.0, 1.0, 1.0, 0.9])
+    c = cluster_nodes(4, pairs, np.array([1, 0, 2, 3]), thumbs, pixels=pixels)  # by bytes, the brightened PNG first
+    assert list(c.canonical) == [0, 0, 0, 0] and list(c.kind) == [None, "near", "overlay", "crop"]
+    assert c.late_checks == 0 and c.split_off == 0
 
 
 def test_no_chaining_in_the_whole_engine():

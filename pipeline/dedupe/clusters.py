@@ -7,7 +7,8 @@ Canonical rule (deterministic; the first criterion that differs decides):
 
 1. the largest resolution, width * height (unknown sizes last);
    (the engine then puts first the image with the most pairs in its component accepted as the
-   same pixels, near or crop: the original of several copies rather than a captioned copy)
+   same pixels, near or crop, then the most accepted at all: the original of several copies
+   rather than a captioned or brightened copy)
 2. the largest file, in bytes (unknown last);
 3. dataset order: the order the caller gives (the pipeline gives the registry's eval sets before
    its train sets, in registry order, so eval images win ties); any other dataset after those,

@@ -43,7 +43,7 @@ from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_compo
 from pipeline.dedupe.search import near_pairs
 from pipeline.dedupe.verify import DEFAULT_RULE, Rule, compare, second_look_refuses, sorts_after
 
-ENGINE_VERSION = "12"  # bump when a decision can change: part of the staged result's key
+ENGINE_VERSION = "13"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
 MAX_CANDIDATES_PER_IMAGE = 16  # nearest candidates kept per image (crowded look-alikes; see _nearest)
 BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies
@@ -222,7 +222,8 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
                   rule: Rule = DEFAULT_RULE, pixels: np.ndarray | None = None) -> Clustering:
     """Clusters over accepted pairs without chaining (module docstring, step 4). `rank[i]` orders
     nodes for the canonical choice (smaller is better, all distinct); among nodes of as many
-    `pixels` (when given), the one with the most pairs accepted as the same pixels comes first;
+    `pixels` (when given), the one with the most pairs accepted as the same pixels comes first,
+    then the one with the most accepted pairs;
     node pairs (a < b) in `separate` are never accepted, nor end in one cluster (a reviewer's
     override)."""
     canonical = np.full(n, -1, np.int64)
@@ -245,11 +246,17 @@ def cluster_nodes(n: int, pairs: Pairs, rank: np.ndarray, thumbs: Thumbs,
         # Each component's canonical: the most pixels, then the most pairs in it accepted as the same
         # pixels (near or crop: an original is, against each of its re-encoded, resized or cropped
         # copies; a copy with a caption of the same size is not against one that is cropped; an
-        # overlay counts for neither), then the best-ranked (clusters.py's rule).
+        # overlay counts for neither: a copy whose caption hides where two look-alikes differ is
+        # accepted against both), then the most pairs in it accepted at all (the members that join
+        # it without a new check: an original and its brightened copy tie on the first, but a
+        # captioned copy is accepted against the original, not always against the brightened
+        # one), then the best-ranked (clusters.py's rule).
         same = np.array([verdict[(int(x), int(y))][0] in ("near", "crop") for x, y in zip(ea, eb)], bool)
         degree = np.bincount(np.concatenate([ea[same], eb[same]]), minlength=n)
+        joins = np.bincount(np.concatenate([ea, eb]), minlength=n)
         area = np.zeros(n) if pixels is None else -np.asarray(pixels, np.float64)
-        order = members[np.lexsort((rank[members], -degree[members], area[members], labels[members]))]
+        order = members[np.lexsort((rank[members], -joins[members], -degree[members], area[members],
+                                    labels[members]))]
         first = np.ones(len(order), bool)
         first[1:] = labels[order[1:]] != labels[order[:-1]]
         head = np.empty(n, np.int64)
