@@ -4,6 +4,7 @@ BIGINT, the same with one worker or many, and measured distances under everyday 
 from __future__ import annotations
 
 import io
+import os
 import statistics
 import zipfile
 
@@ -173,6 +174,49 @@ def test_hash_files_gives_the_same_results_in_item_order_with_one_or_two_workers
     assert one[-1].error.startswith("unreadable file") and one[-1].sha256 is None
     assert [c[0] for c in calls] == sorted(c[0] for c in calls) and calls[-1][:2] == (len(items), len(items))
     assert all(rate > 0 for _, _, rate in calls)
+
+
+def _where_hashed(chunk):
+    """A chunk's 'work' for _run: which process took each item."""
+    return [(i, os.getpid()) for i, _, _ in chunk]
+
+
+def test_this_process_takes_chunks_while_the_pool_starts_and_every_item_is_done_once():
+    """_run feeds the pool from one queue in a thread (its first submit waits for the fork server);
+    meanwhile this process takes chunks from the same queue: every item is done exactly once,
+    some here and the rest by the workers."""
+    from pipeline.dedupe.hashing import _run
+
+    jobs = [(i, f"k{i}", None) for i in range(400)]
+    chunks = [jobs[s:s + 4] for s in range(0, 400, 4)]
+    calls = []
+    got = _run(chunks, 400, _where_hashed, 2, lambda done, total, rate: calls.append(done), local=_where_hashed)
+    assert len(got) == 400 and None not in got
+    here = sum(pid == os.getpid() for pid in got)
+    assert here >= 4 and here % 4 == 0, here  # at least the first chunk the pool did not take
+    assert calls == sorted(calls) and calls[-1] == 400
+
+
+def test_a_stop_while_this_process_hashes_ends_the_pool_too(tmp_path):
+    """A stop raised from the progress callback (a run told to stop) while this process is
+    hashing its own chunk: the exception reaches the caller, the queued chunks are dropped and the
+    pool is shut down (no hang, no worker left)."""
+    import multiprocessing
+
+    files = corpus()
+    for name, data in files:
+        (tmp_path / name).write_bytes(data)
+    items = [(name, tmp_path / name) for name, _ in files] * 20
+
+    class Stop(Exception):
+        pass
+
+    def progress(done, total, rate):
+        raise Stop
+
+    with pytest.raises(Stop):
+        hash_files(items, workers=2, chunk=2, progress=progress)
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
 
 
 def test_hash_zip_reads_entries_in_place_and_matches_hash_files(tmp_path):

@@ -60,6 +60,8 @@ import sys
 import time
 import zipfile
 import zlib
+import threading
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -496,7 +498,11 @@ def _pool_context():
 
 
 def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress | None,
-         initializer=None, initargs=()) -> list[HashedImage]:
+         initializer=None, initargs=(), local=None) -> list[HashedImage]:
+    """Every chunk through `work` over `workers` processes (<= 1: here). `local` (a chunk's work
+    in this process): while the pool starts (its fork server imports this module and loads the
+    compiled loops, about a second in a new process), this process takes chunks itself, from the
+    same queue the pool is fed from, until the pool has taken the rest."""
     results: list[HashedImage | None] = [None] * total
     done, start = 0, time.perf_counter()
 
@@ -513,18 +519,45 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
             initializer(*initargs)
         for chunk in chunks:
             record(work(chunk))
-    else:
-        pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
-                                   initargs=(initializer, initargs))
+        return results  # type: ignore[return-value]
+    pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
+                               initargs=(initializer, initargs))
+    queue = deque(chunks)
+    futures = []
+    stopped = threading.Event()
+
+    def take() -> Chunk | None:
         try:
-            for future in as_completed([pool.submit(work, chunk) for chunk in chunks]):
-                record(future.result())
-        except BaseException:
-            # Stopped (an interrupt, a failed chunk): drop the queued chunks instead of hashing
-            # them all first; only the chunks the workers hold now are finished.
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+            return queue.popleft()  # one deque, two threads: popleft is atomic
+        except IndexError:
+            return None
+
+    def feed() -> None:  # the first submit starts the workers, and waits for the fork server
+        try:
+            while not stopped.is_set() and (chunk := take()) is not None:
+                futures.append(pool.submit(work, chunk))
+        except BaseException as exc:  # a pool that cannot start: this process takes what is left
+            futures.append(exc)
+
+    feeder = threading.Thread(target=feed, name="hash-pool-feed", daemon=True)
+    try:
+        feeder.start()
+        while local is not None and feeder.is_alive() and (chunk := take()) is not None:
+            record(local(chunk))
+        feeder.join()
+        failed = [f for f in futures if isinstance(f, BaseException)]
+        if failed:
+            raise failed[0]
+        for future in as_completed(futures):
+            record(future.result())
+    except BaseException:
+        # Stopped (an interrupt, a failed chunk): drop the queued chunks instead of hashing
+        # them all first; only the chunks the workers hold now are finished.
+        stopped.set()
+        feeder.join()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
 
 
@@ -541,14 +574,15 @@ def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progre
                chunk: int = 64, max_image_pixels: int | None = None) -> list[HashedImage]:
     """Hash (key, path) items over `workers` processes (default: every core, or this process
     alone for fewer than SMALL_BATCH items, which hash faster than a pool starts; <= 1 runs here);
-    results in item order. Tasks are `chunk` items (fewer when that keeps every worker busy);
+    results in item order; while the pool starts, this process hashes chunks of the same queue
+    itself. Tasks are `chunk` items (fewer when that keeps every worker busy);
     `progress(done, total, images_per_second)` is called after each. An image above
     `max_image_pixels` (None: Pillow's default) is an error row."""
     if workers is None:
         workers = default_workers() if len(items) >= SMALL_BATCH else 1
     jobs = [(i, key, str(path)) for i, (key, path) in enumerate(items)]
     work = partial(_hash_file_chunk, max_pixels=max_image_pixels)
-    return _run(_chunks(jobs, chunk, workers), len(jobs), work, workers, progress)
+    return _run(_chunks(jobs, chunk, workers), len(jobs), work, workers, progress, local=work)
 
 
 def hash_zip(zip_path: Path, items: list[tuple[str, str]], limits: ZipLimits, workers: int | None = None,
@@ -566,5 +600,6 @@ def hash_zip(zip_path: Path, items: list[tuple[str, str]], limits: ZipLimits, wo
     if workers <= 1:
         with zipfile.ZipFile(zip_path) as zf:
             return _run(chunks, len(jobs), lambda c: _hash_entries(zf, c, limits), 1, progress)
-    return _run(chunks, len(jobs), partial(_hash_zip_chunk, limits=limits), workers, progress,
-                _open_worker_zip, (str(zip_path),))
+    with zipfile.ZipFile(zip_path) as zf:  # this process's own reads while the pool starts
+        return _run(chunks, len(jobs), partial(_hash_zip_chunk, limits=limits), workers, progress,
+                    _open_worker_zip, (str(zip_path),), local=lambda c: _hash_entries(zf, c, limits))

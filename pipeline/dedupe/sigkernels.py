@@ -142,16 +142,12 @@ def _clip8(v):
 def transposed(x):
     """x (uint8) transposed, as float64: the horizontal passes read its rows (in 16 x 16 blocks)."""
     r, c = x.shape
-    f = np.empty((r, c))
-    for i in range(r):
-        for j in range(c):
-            f[i, j] = x[i, j]
     out = np.empty((c, r))
     for i0 in range(0, r, 16):
         for j0 in range(0, c, 16):
             for i in range(i0, min(i0 + 16, r)):
                 for j in range(j0, min(j0 + 16, c)):
-                    out[j, i] = f[i, j]
+                    out[j, i] = x[i, j]
     return out
 
 

@@ -133,13 +133,17 @@ def run(which: str, folder: Path, zip_path: Path, workers: int) -> dict:
     elif which == "ours-zip":
         results = hashing.hash_zip(zip_path, entries, limits, workers=workers)
     elif which == "floor-files":
-        # The same pool, chunking and dispatch as ours; only the per-image work differs.
+        # The same pool, chunking and dispatch as ours (this process takes chunks too while the
+        # pool starts); only the per-image work differs.
         jobs = [(i, k, str(p)) for i, (k, p) in enumerate(items)]
-        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), floor_file_chunk, workers, None)
+        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), floor_file_chunk, workers, None,
+                               local=floor_file_chunk)
     elif which == "floor-zip":
         jobs = [(i, k, name) for i, (k, name) in enumerate(entries)]
-        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), partial(floor_zip_chunk, limits=limits),
-                               workers, None, hashing._open_worker_zip, (str(zip_path),))
+        work = partial(floor_zip_chunk, limits=limits)
+        hashing._open_worker_zip(str(zip_path))  # this process's own reads while the pool starts
+        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), work, workers, None,
+                               hashing._open_worker_zip, (str(zip_path),), local=work)
     elif which == "imagehash":
         results = [imagehash.phash(Image.open(p)) for p in files]
     else:
