@@ -57,10 +57,10 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import zipfile
 import zlib
-import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -524,6 +524,7 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
                                initargs=(initializer, initargs))
     queue = deque(chunks)
     futures = []
+    failed: list[BaseException] = []  # what stopped the feeder (a pool that cannot start)
     stopped = threading.Event()
 
     def take() -> Chunk | None:
@@ -536,8 +537,8 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
         try:
             while not stopped.is_set() and (chunk := take()) is not None:
                 futures.append(pool.submit(work, chunk))
-        except BaseException as exc:  # a pool that cannot start: this process takes what is left
-            futures.append(exc)
+        except BaseException as exc:  # a pool that cannot start: the run fails with its error
+            failed.append(exc)
 
     feeder = threading.Thread(target=feed, name="hash-pool-feed", daemon=True)
     try:
@@ -545,7 +546,6 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
         while local is not None and feeder.is_alive() and (chunk := take()) is not None:
             record(local(chunk))
         feeder.join()
-        failed = [f for f in futures if isinstance(f, BaseException)]
         if failed:
             raise failed[0]
         for future in as_completed(futures):
@@ -597,9 +597,9 @@ def hash_zip(zip_path: Path, items: list[tuple[str, str]], limits: ZipLimits, wo
         offsets = {info.filename: info.header_offset for info in zf.infolist()}
     jobs = sorted(((i, key, name) for i, (key, name) in enumerate(items)), key=lambda j: offsets.get(j[2], -1))
     chunks = _chunks(jobs, chunk, workers)
-    if workers <= 1:
-        with zipfile.ZipFile(zip_path) as zf:
-            return _run(chunks, len(jobs), lambda c: _hash_entries(zf, c, limits), 1, progress)
-    with zipfile.ZipFile(zip_path) as zf:  # this process's own reads while the pool starts
+    with zipfile.ZipFile(zip_path) as zf:  # this process's reads: all of them, or those while the pool starts
+        here = partial(_hash_entries, zf, limits=limits)
+        if workers <= 1:
+            return _run(chunks, len(jobs), here, 1, progress)
         return _run(chunks, len(jobs), partial(_hash_zip_chunk, limits=limits), workers, progress,
-                    _open_worker_zip, (str(zip_path),), local=lambda c: _hash_entries(zf, c, limits))
+                    _open_worker_zip, (str(zip_path),), local=here)
