@@ -23,6 +23,7 @@ from pipeline.resources import RewardhouseResource
 from pipeline.mmrb2.source import fetch_mmrb2
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import Staged, read_staged, write_staged
+from pipeline.zipread import scan_zip
 
 from assets.common import (
     to_metadata, bars, fetch_output, plain_counts, preview, progress_logger, recorded, reuse_or_compute, reuse_or_run,
@@ -90,7 +91,8 @@ def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: 
     return rewardhouse.layout().staging / "mmrb2_task_images" / part / key
 
 
-def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path):
+def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path,
+                scan=None):
     """One part of the zip: each image read straight from it and decoded once, in parallel, for
     its checksum, dimensions, decode status and hashes. A task's part is the names it owns; the
     `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
@@ -104,7 +106,7 @@ def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, 
             snapshot.image_zip if snapshot else None, set(names.referenced), settings.zip_limits,
             optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
             scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
-            executor=executor if executor.on_ray else None,
+            executor=executor if executor.on_ray else None, scan=scan() if scan else None,
         )
     except RayUnavailable as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -143,9 +145,18 @@ def mmrb2_task_images(
     ranged = context.has_partition_key or context.has_partition_key_range
     keys = context.partition_keys if ranged else list(PARTITION_KEYS)
     per_task = {}
+    scanned = []
+
+    def scan():  # the archive's central directory, read once for the partitions this run computes
+        if not scanned:
+            scanned.append(scan_zip(snapshot.image_zip, rewardhouse.settings().zip_limits))
+        return scanned[0]
+
     for key in keys:
         _, plain, reused = reuse_or_compute(
-            context.log, folders[key], lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], folders[key]))
+            context.log, folders[key],
+            lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], folders[key],
+                                        scan if snapshot and snapshot.image_zip else None))
         per_task[key] = {**plain, "reused": reused}
     totals = {m: sum(t[m] for t in per_task.values()) for m in ("rows_mmrb2_images", "hashed", "images_ok", "images_corrupt", "images_missing")}
     metadata = {**totals, "partitions": dg.MetadataValue.json(per_task), "reused": all(t["reused"] for t in per_task.values()),

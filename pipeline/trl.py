@@ -30,6 +30,8 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.staging import parquet_options
+
 STEPWISE, PREFERENCE = "stepwise_supervision", "preference"
 BATCH_ROWS = 64  # rows (with their images) held at once: about 15 MB of 1024 px JPEGs
 
@@ -93,7 +95,7 @@ class TrlWriter:
         self._pending: list[dict] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}")
-        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, **parquet_options(self.schema))  # image bytes plain
 
     def add(self, row: dict) -> None:
         self._pending.append(row)

@@ -593,11 +593,12 @@ def hash_zip(zip_path: Path, items: list[tuple[str, str]], limits: ZipLimits, wo
     Workers, chunks and progress as in `hash_files`. An unreadable archive raises (`scan_zip` it
     first); a bad entry is an error row."""
     workers = default_workers() if workers is None else workers
+    # One read of the central directory here (~0.2 s for 14,000 entries): for the layout, and for
+    # this process's reads, all of them or those while the pool starts.
     with zipfile.ZipFile(zip_path) as zf:
         offsets = {info.filename: info.header_offset for info in zf.infolist()}
-    jobs = sorted(((i, key, name) for i, (key, name) in enumerate(items)), key=lambda j: offsets.get(j[2], -1))
-    chunks = _chunks(jobs, chunk, workers)
-    with zipfile.ZipFile(zip_path) as zf:  # this process's reads: all of them, or those while the pool starts
+        jobs = sorted(((i, key, name) for i, (key, name) in enumerate(items)), key=lambda j: offsets.get(j[2], -1))
+        chunks = _chunks(jobs, chunk, workers)
         here = partial(_hash_entries, zf, limits=limits)
         if workers <= 1:
             return _run(chunks, len(jobs), here, 1, progress)

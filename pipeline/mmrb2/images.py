@@ -10,7 +10,7 @@ import pyarrow as pa
 from pipeline.dedupe.hashing import HashedImage, hash_zip
 from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
-from pipeline.zipread import scan_zip
+from pipeline.zipread import ZipScan, scan_zip
 
 DATASET = "mmrb2"
 
@@ -48,6 +48,7 @@ def inventory_images(
     scope: str = "all",
     workers: int = 1,
     executor=None,
+    scan: ZipScan | None = None,
 ) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
     """One row per archive entry and per `referenced` name (missing ones included; `optional`
     names get a row only when the archive has them), the rejections, and the hashes of the
@@ -59,7 +60,8 @@ def inventory_images(
 
     Each entry is read and decoded once, in `workers` processes: the decode that hashes it is also
     the check that it is a whole image (a truncated JPEG fails the reduced-scale decode exactly as
-    it fails a full one), and it gives the size and format. Hashes come back keyed by image name."""
+    it fails a full one), and it gives the size and format. Hashes come back keyed by image name.
+    `scan`: `scan_zip(zip_path, limits)` when the caller has it (a step doing several parts)."""
     if scope not in ("all", "referenced", "unreferenced"):
         raise ValueError(f"unknown scope {scope!r}")
     rejected: list[Rejection] = []
@@ -68,7 +70,7 @@ def inventory_images(
         # No archive (the dataset is absent): nothing to inventory; any reference is missing.
         scan_entries, refused, archive_error = {}, [], ("no image archive" if referenced else None)
     else:
-        scan = scan_zip(zip_path, limits)
+        scan = scan if scan is not None else scan_zip(zip_path, limits)  # a caller's, read once for its parts
         scan_entries, refused, archive_error = scan.entries, scan.refused, scan.archive_error
     if scope == "referenced":
         archive_error, refused = None, []

@@ -283,7 +283,8 @@ class PathResolver:
         problem) when it is refused; (None, None) when it is simply not found."""
         for base in self.bases if not ref.startswith("sha256:") else []:
             candidate = base / ref
-            if is_within(base, ref) and candidate.is_file():
+            # a stat first: most references resolve nowhere, and is_within resolves every link
+            if candidate.is_file() and is_within(base, ref):
                 size = candidate.stat().st_size
                 if size > self.limits.max_entry_bytes:
                     return None, f"{size} bytes exceeds the {self.limits.max_entry_bytes}-byte limit"
