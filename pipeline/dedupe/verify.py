@@ -318,12 +318,11 @@ def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine
     # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
     region = figures.region & (figures.differing >= MIN_OVERLAY)
     kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
-    from pipeline.dedupe.fine import FIGURES, second_look
+    from pipeline.dedupe.fine import FIGURES
     fine = np.full((n, FIGURES), np.nan)
     if fine_a is not None and fine_b is not None and accepted.any():
         idx = np.flatnonzero(accepted)
-        fine[idx] = second_look([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx], rule.luma_tol,
-                                rule.fine_stray, rule.hidden_max, rule.fill_min)
+        fine[idx] = _second_looks([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx], rule)
         accepted = accepted & ~_fine_refuses(fine, rule)
     kind[~accepted] = None
     crop[~accepted] = 0.0
@@ -455,13 +454,20 @@ def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Ru
         fine_a, fine_b = ([y if w else x for x, y, w in zip(fine_a, fine_b, swap)],
                           [x if w else y for x, y, w in zip(fine_a, fine_b, swap)])
         aligns = np.where(swap[:, None], np.asarray(aligns)[:, [4, 5, 6, 7, 0, 1, 2, 3]], aligns)
+    return _fine_refuses(_second_looks(fine_a, fine_b, aligns, rule), rule)
+
+
+LOOK_CHUNK = 16  # pairs per thread at a time in the second look (a figure pair costs 1-5 ms)
+
+
+def _second_looks(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule) -> np.ndarray:
+    """fine.second_look of the pairs, LOOK_CHUNK pairs per thread (the compiled loop lets go of the GIL)."""
     from pipeline.dedupe.fine import second_look
-    step = 64  # pairs per thread at a time (a pair costs about a millisecond; an image in many is unpacked once)
+    step = LOOK_CHUNK
     starts = range(0, len(fine_a), step)
     look = lambda s: second_look(fine_a[s:s + step], fine_b[s:s + step], aligns[s:s + step], rule.luma_tol,  # noqa: E731
                                  rule.fine_stray, rule.hidden_max, rule.fill_min)
-    res = np.concatenate(list(_threads().map(look, starts)) if len(starts) > 1 else [look(0)])
-    return _fine_refuses(res, rule)
+    return np.concatenate(list(_threads().map(look, starts)) if len(starts) > 1 else [look(0)])
 
 
 def _fine_refuses(fine: np.ndarray, rule: Rule) -> np.ndarray:
