@@ -113,6 +113,7 @@ class HashedImage:
     chroma_cb: float | None = None  # mean chroma (Cb - 128, Cr - 128): the image's overall hue
     chroma_cr: float | None = None
     robust_hash: int | None = None  # pictures (no plain background): the pHash of the clipped luma (robust_hash)
+    flat: bool | None = None  # is_flat of the luma signature, worked out where the image was hashed
 
 
 def to_signed64(u: int) -> int:
@@ -264,10 +265,10 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
                 fine = pack_fine(resize(luma if big else np.asarray(_jpeg_grey(data, max_pixels)), FINE_SIDE, FINE_SIDE))
             elif read.background:
                 fine = pack_fine(thumbnail(grey, FINE_SIDE))
-        sig = np.concatenate([detail.ravel(), cb.ravel(), cr.ravel()]).tobytes()
+        sig = np.concatenate([detail.ravel(), cb.ravel(), cr.ravel()])
         mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
-        return HashedImage(key, sha, *hashes, width, height, None, fmt, *read.regions, sig, fine, mean_cb, mean_cr,
-                           read.robust)
+        return HashedImage(key, sha, *hashes, width, height, None, fmt, *read.regions, sig.tobytes(), fine, mean_cb,
+                           mean_cr, read.robust, is_flat(sig))
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
 
