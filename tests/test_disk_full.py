@@ -32,7 +32,7 @@ from pipeline.unwritable import Unwritable, find, find_in_text
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).with_name("rewardhouse")
-DISK_MB = 64  # the sample's data root takes about 23 MB after one run
+DISK_MB = 128  # the sample's data root takes about 57 MB after one run (du; image signatures are stored plain)
 
 
 # ---- recognising the failure, whatever shape it comes in ---------------------------------------
