@@ -87,3 +87,40 @@ def test_embedded_keys_name_paths_and_hash_only_unnamed_bytes(tmp_path):
         "sha256:2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6",  # sha256(b"c")
         "sha256:18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4",  # sha256(b"d")
     }
+
+
+def test_many_path_references_are_read_over_the_pool_with_the_rows_of_one_process(tmp_path):
+    """Past SMALL_BATCH located references the images are read, hashed and stored by the hashing
+    pool's workers (each archive opened once per worker): the rows, hashes and stored files are
+    those of reading them one at a time here, corrupt and zipped images included."""
+    from pipeline.dedupe.hashing import SMALL_BATCH
+    from pipeline.visualprm.images import PathResolver, _read_located
+
+    n = SMALL_BATCH + 60
+    root = tmp_path / "ds"
+    (root / "images" / "src").mkdir(parents=True)
+    refs = set()
+    with zipfile.ZipFile(root / "more.zip", "w") as zf:
+        for i in range(n):
+            ref = f"src/{i:04d}.jpg"
+            data = b"\xff\xd8not a jpeg" if i % 97 == 5 else stand_in_jpeg(i)
+            if i % 3 == 0:
+                zf.writestr(f"images/{ref}", data)
+            else:
+                (root / "images" / ref).write_bytes(data)
+            refs.add(ref)
+    shard_path = shard(tmp_path / "train-0.parquet", [[{"bytes": None, "path": r}] for r in sorted(refs)])
+    table, rejected, hashed = inventory_prm_images(refs, [shard_path], root, [root / "more.zip"], ZipLimits(),
+                                                   ImageStore(tmp_path / "pool"))
+    resolver = PathResolver(root, [root / "more.zip"], ZipLimits())
+    located = [(ref, resolver.locate(ref)[0]) for ref in sorted(refs)]
+    serial = _read_located(located, ImageStore(tmp_path / "one"), ZipLimits(), workers=1)
+    assert table.to_pylist() == [row for _, row, _ in serial]
+    assert hashed == [h for _, _, h in serial if h is not None]
+    corrupt = {r["image_key"] for r in table.to_pylist() if r["status"] == "corrupt"}
+    assert corrupt == {f"src/{i:04d}.jpg" for i in range(n) if i % 97 == 5}
+    assert sorted(r.record_key for r in rejected) == sorted(corrupt)
+    assert sum(r["located_at"].endswith(".jpg") and "!" in r["located_at"] for r in table.to_pylist()) == len(range(0, n, 3))
+    pool_files = sorted(p.relative_to(tmp_path / "pool").as_posix() for p in (tmp_path / "pool").rglob("*.jpg"))
+    assert pool_files == sorted(p.relative_to(tmp_path / "one").as_posix() for p in (tmp_path / "one").rglob("*.jpg"))
+    assert len(pool_files) == len({r["sha256"] for r in table.to_pylist() if r["status"] == "ok"}) > SMALL_BATCH // 2

@@ -276,7 +276,6 @@ class PathResolver:
         self.roots = [r if hasattr(r, "locate") else RootIndex(r, limits) for r in image_roots]
         for r in self.roots:
             self.rejected.extend(r.rejected)
-        self._open: dict[Path, zipfile.ZipFile] = {}
 
     def locate(self, ref: str) -> tuple[tuple | None, str | None]:
         """(location, problem) of a reference: ("file", path) or ("zip", zip, info); (None,
@@ -298,16 +297,6 @@ class PathResolver:
                 return location, problem
         return None, None
 
-    def read(self, ref: str) -> tuple[bytes | None, str | None, str | None]:
-        """(bytes, problem, where it was found); (None, None, None) when it is simply not found."""
-        location, problem = self.locate(ref)
-        if location is None:
-            return None, problem, None
-        return (*_fetch(location, self.limits, self._open), describe(location))
-
-    def close(self) -> None:
-        for zf in self._open.values():
-            zf.close()
 
 
 def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore,
@@ -375,11 +364,15 @@ def inventory_prm_images(
         _embedded_in_threads(parquet_files, rows, record, store, limits.max_image_pixels)
         resolver = PathResolver(image_root, image_zips, limits, image_roots)
         rejected.extend(resolver.rejected)
-        try:
-            for ref in sorted(refs - rows.keys()):
-                add(ref, "path", *resolver.read(ref))
-        finally:
-            resolver.close()
+        located = []
+        for ref in sorted(refs - rows.keys()):
+            location, problem = resolver.locate(ref)
+            if location is None:
+                add(ref, "path", None, problem)
+            else:
+                located.append((ref, location))
+        for ref, row, hashed in _read_located(located, store, limits):
+            record(ref, row, hashed)
     if progress and rows:
         progress(len(rows), len(rows), len(rows) / max(time.monotonic() - started, 1e-9))
     # An unresolved reference is a decision when no image root was given (the export leaves its
@@ -399,6 +392,40 @@ def inventory_prm_images(
 
 
 PATH_CHUNK = 64
+_WORKER_ZIPS: dict = {}  # a pool worker's open archives, kept for its next chunks
+
+
+def _path_chunk(chunk: list[tuple[int, str, tuple]], store_root: str, limits: ZipLimits,
+                open_zips: dict | None = None) -> list[tuple[int, tuple[str, dict, HashedImage | None]]]:
+    """(position, reference, location) items read, checked, hashed and stored where this runs;
+    archives are opened once into `open_zips` (a pool worker's own, by default)."""
+    store, zips = ImageStore(Path(store_root)), _WORKER_ZIPS if open_zips is None else open_zips
+    return [(i, (ref, *_row(ref, "path", *_fetch(location, limits, zips), store, limits.max_image_pixels,
+                            describe(location)))) for i, ref, location in chunk]
+
+
+def _read_located(located: list[tuple[str, tuple]], store: ImageStore, limits: ZipLimits,
+                  workers: int | None = None) -> list[tuple[str, dict, HashedImage | None]]:
+    """Located path references read, checked, hashed and stored, in order: over hashing's process
+    pool (PATH_CHUNK per task; this process takes chunks too while the pool starts) when there are
+    SMALL_BATCH or more, else here. Each worker opens an archive once."""
+    from functools import partial
+
+    from pipeline.dedupe.hashing import SMALL_BATCH, _chunks, _run, default_workers
+
+    if workers is None:
+        workers = default_workers() if len(located) >= SMALL_BATCH else 1
+    jobs = [(i, ref, location) for i, (ref, location) in enumerate(located)]
+    mine: dict = {}  # this process's archives, closed here
+    here = partial(_path_chunk, store_root=str(store.root), limits=limits, open_zips=mine)
+    try:
+        if workers <= 1:
+            return _run(_chunks(jobs, PATH_CHUNK, 1), len(jobs), here, 1, None)
+        return _run(_chunks(jobs, PATH_CHUNK, workers), len(jobs), partial(_path_chunk, store_root=str(store.root),
+                                                                           limits=limits), workers, None, local=here)
+    finally:
+        for zf in mine.values():
+            zf.close()
 EMBEDDED_WINDOW = 64  # embedded images decoded and hashed at once, over threads (bytes held: this many)
 
 
