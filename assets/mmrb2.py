@@ -1,6 +1,7 @@
 """MMRB2 assets: raw files → parsed annotation tables → image inventory."""
 
 
+import functools
 import hashlib
 import warnings
 from pathlib import Path
@@ -145,13 +146,8 @@ def mmrb2_task_images(
     ranged = context.has_partition_key or context.has_partition_key_range
     keys = context.partition_keys if ranged else list(PARTITION_KEYS)
     per_task = {}
-    scanned = []
-
-    def scan():  # the archive's central directory, read once for the partitions this run computes
-        if not scanned:
-            scanned.append(scan_zip(snapshot.image_zip, rewardhouse.settings().zip_limits))
-        return scanned[0]
-
+    # the archive's central directory, read once for the partitions this run computes
+    scan = functools.cache(lambda: scan_zip(snapshot.image_zip, rewardhouse.settings().zip_limits))
     for key in keys:
         _, plain, reused = reuse_or_compute(
             context.log, folders[key],

@@ -61,7 +61,8 @@ def hashes_table(dataset: str, hashed: list[HashedImage], sizes: dict[str, int])
         [{"dataset": dataset, "image_key": h.key, "sha256": h.sha256, "phash": h.phash, "dhash": h.dhash,
           "width": h.width, "height": h.height, "bytes": sizes.get(h.key), "crop_hash": h.crop_hash,
           "top_hash": h.top_hash, "bottom_hash": h.bottom_hash,
-          "flat": is_flat(np.frombuffer(h.thumb, np.uint8)) if h.flat is None else h.flat, "chroma_cb": h.chroma_cb, "chroma_cr": h.chroma_cr,
+          "flat": is_flat(np.frombuffer(h.thumb, np.uint8)) if h.flat is None else h.flat,
+          "chroma_cb": h.chroma_cb, "chroma_cr": h.chroma_cr,
           "thumb": h.thumb, "fine": h.fine, "robust_hash": h.robust_hash} for h in hashed if h.error is None],
         schema=SIGNATURE_SCHEMA,
     )

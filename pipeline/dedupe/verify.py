@@ -463,10 +463,9 @@ LOOK_CHUNK = 16  # pairs per thread at a time in the second look (a figure pair 
 def _second_looks(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule) -> np.ndarray:
     """fine.second_look of the pairs, LOOK_CHUNK pairs per thread (the compiled loop lets go of the GIL)."""
     from pipeline.dedupe.fine import second_look
-    step = LOOK_CHUNK
-    starts = range(0, len(fine_a), step)
-    look = lambda s: second_look(fine_a[s:s + step], fine_b[s:s + step], aligns[s:s + step], rule.luma_tol,  # noqa: E731
-                                 rule.fine_stray, rule.hidden_max, rule.fill_min)
+    starts = range(0, len(fine_a), LOOK_CHUNK)
+    look = lambda s: second_look(fine_a[s:s + LOOK_CHUNK], fine_b[s:s + LOOK_CHUNK], aligns[s:s + LOOK_CHUNK],  # noqa: E731
+                                 rule.luma_tol, rule.fine_stray, rule.hidden_max, rule.fill_min)
     return np.concatenate(list(_threads().map(look, starts)) if len(starts) > 1 else [look(0)])
 
 

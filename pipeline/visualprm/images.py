@@ -143,16 +143,14 @@ def _fetch(location: tuple, limits: ZipLimits, open_zips: dict) -> tuple[bytes |
 
 
 def _path_unit(located: list[tuple[str, tuple]], store_root: str, limits: ZipLimits) -> list[tuple[str, dict, HashedImage | None]]:
-    """Path references at their locations, read, checked, hashed and stored where it runs."""
-    store, open_zips, out = ImageStore(Path(store_root)), {}, []
+    """Path references at their locations, read, checked, hashed and stored where it runs (a Ray task)."""
+    open_zips: dict = {}
     try:
-        for ref, location in located:
-            out.append((ref, *_row(ref, "path", *_fetch(location, limits, open_zips), store, limits.max_image_pixels,
-                                   describe(location))))
+        return [out for _, out in _path_chunk([(i, ref, location) for i, (ref, location) in enumerate(located)],
+                                              store_root, limits, open_zips)]
     finally:
         for zf in open_zips.values():
             zf.close()
-    return out
 
 
 def _usable_entries(archive: Path, limits: ZipLimits, rejected: list[Rejection]) -> list[zipfile.ZipInfo]:
@@ -298,7 +296,6 @@ class PathResolver:
         return None, None
 
 
-
 def _row(key: str, origin: str, data: bytes | None, problem: str | None, store: ImageStore,
          max_pixels: int, located_at: str | None = None) -> tuple[dict, HashedImage | None]:
     """The inventory row of one reference, and its hashes when it decodes: the one reduced-scale
@@ -426,6 +423,8 @@ def _read_located(located: list[tuple[str, tuple]], store: ImageStore, limits: Z
     finally:
         for zf in mine.values():
             zf.close()
+
+
 EMBEDDED_WINDOW = 64  # embedded images decoded and hashed at once, over threads (bytes held: this many)
 
 
