@@ -139,9 +139,11 @@ def release_gx_suites(context: dg.AssetCheckExecutionContext, rewardhouse: Rewar
             write_outcome(release_candidate, outcome)
             yield _result(outcome)
         return
-    from checks.suites import validate_tables
+    from checks.suites import import_in_background, validate_tables
 
+    importing = import_in_background()  # while the tables are read
     tables = release_candidate.read()
+    importing.join()
     run_name = f"{release_candidate.release_id}-{context.run.run_id[:8]}"
     results, docs = validate_tables(tables, layout.root / "quality", run_name, settings.quality,
                                     between=stop_point)

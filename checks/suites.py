@@ -21,7 +21,8 @@ How the data reaches GX (GX's DuckDB SQL path is unreliable, so frames are valid
   another for its nulls were two thirds of every suite and of its time. A failed schema is reported
   as one failure per fault (the column set, a column's kind, a column's nulls).
 - Human ratings (MMRB2 `human_annotations`, JSON text) are checked without derived columns:
-  `expect_column_values_to_match_json_schema` with a row condition per task family — for
+  `expect_column_json_to_match_schema` (checks/gx_columns.py: GX's JSON-schema expectation with the
+  schema compiled once and each distinct text validated once) with a row condition per task family — for
   t2i/edit/interleaved a list of exactly three integers within `QualitySettings.ratings`, for reasoning an
   object of `response_a_ratings`/`response_b_ratings` lists of "A"/"B"/"C". The offending JSON text
   is the sample.
@@ -40,6 +41,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +70,10 @@ BATCH_DEFINITION = "whole_table"
 SAMPLE_SIZE = 5
 JSON_SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 _PARTIAL_UNEXPECTED = 20  # asked of GX, then de-duplicated down to SAMPLE_SIZE
+# BASIC: each expectation's unexpected count and share, and a partial list of offending values (the
+# samples). SUMMARY adds counts per offending value and their row indices, which cost GX further
+# passes over every row of every expectation (a fifth of a full-scale validation) and are not used.
+RESULT_FORMAT = "BASIC"
 
 # Column kinds (pipeline/contract.py) and the pandas dtypes `to_frame` gives them (names as GX's
 # type list resolves them).
@@ -176,17 +182,21 @@ def _expectation(rule: Rule):
     if rule.kind == "in_set":
         return gxe.ExpectColumnValuesToBeInSet(column=rule.column, value_set=list(rule.values), row_condition=when)
     if rule.kind == "between":
-        return gxe.ExpectColumnValuesToBeBetween(column=rule.column, min_value=rule.lo, max_value=rule.hi, row_condition=when)
+        from checks.gx_columns import ExpectColumnNumbersToBeBetween  # one numpy pass (checks/gx_columns.py)
+
+        return ExpectColumnNumbersToBeBetween(column=rule.column, min_value=rule.lo, max_value=rule.hi, row_condition=when)
     if rule.kind == "regex":
         return gxe.ExpectColumnValuesToMatchRegex(column=rule.column, regex=rule.pattern, row_condition=when)
     if rule.kind == "json":
         return gxe.ExpectColumnValuesToBeJsonParseable(column=rule.column, row_condition=when)
     if rule.kind == "json_schema":
-        # GX checks the schema itself before every value (jsonschema.validate): under draft-07's
-        # meta-schema that costs a third of what 2020-12's does, and these schemas mean the same there.
+        # checks/gx_columns.py: the schema checked once, each distinct text validated once. The schema
+        # is checked under draft-07's meta-schema (a third of 2020-12's cost; these schemas mean the
+        # same there).
+        from checks.gx_columns import ExpectColumnJsonToMatchSchema
+
         schema = {"$schema": JSON_SCHEMA_DIALECT, **json.loads(rule.schema)}
-        return gxe.ExpectColumnValuesToMatchJsonSchema(column=rule.column, json_schema=schema,
-                                                        row_condition=when, notes=rule.notes)
+        return ExpectColumnJsonToMatchSchema(column=rule.column, json_schema=schema, row_condition=when, notes=rule.notes)
     if rule.kind == "greater":
         return gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=rule.column, column_B=rule.other,
                                                             ignore_row_if="either_value_is_missing")
@@ -233,6 +243,25 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 # Validation and Data Docs
 
 
+def import_in_background() -> threading.Thread:
+    """Start importing GX, pandas and this module's expectations on a thread (join it before
+    validating): GX's import is seconds of Python that can overlap GIL-free work the caller does
+    meanwhile, such as reading the candidate's Parquet tables. A failed import is left for the
+    caller's own import to raise."""
+
+    def load() -> None:
+        try:
+            import checks.gx_columns  # noqa: F401  (imports GX itself)
+            import checks.gx_schema  # noqa: F401
+            import great_expectations.expectations.row_conditions  # noqa: F401
+        except Exception:  # the caller imports these again and reports what is wrong
+            pass
+
+    thread = threading.Thread(target=load, name="import great_expectations", daemon=True)
+    thread.start()
+    return thread
+
+
 def validate_tables(
     tables: dict[str, pa.Table],
     docs_root: Path,
@@ -262,7 +291,7 @@ def validate_tables(
         definition = _store_validation_definition(context, table, batch_definition, suite)
         outcome = definition.run(
             batch_parameters={"dataframe": to_frame(arrow)},
-            result_format={"result_format": "SUMMARY", "partial_unexpected_count": _PARTIAL_UNEXPECTED},
+            result_format={"result_format": RESULT_FORMAT, "partial_unexpected_count": _PARTIAL_UNEXPECTED},
             run_id=run_id,
         )
         results[table] = _table_result(table, arrow, outcome)

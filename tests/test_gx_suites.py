@@ -119,7 +119,7 @@ def test_a_human_rating_outside_the_limits_is_caught(release_tables, tmp_path):
     bad = with_cell(pairs, "human_annotations", row, "[7, 5, 5]")
     results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "rating")
     failure = only_failure(results, "mmrb2_pairs")
-    assert (failure.expectation, failure.column) == ("expect_column_values_to_match_json_schema", "human_annotations")
+    assert (failure.expectation, failure.column) == ("expect_column_json_to_match_schema", "human_annotations")
     assert failure.unexpected_count == 1 and failure.sample == ["[7, 5, 5]"]
     assert failure.kwargs["json_schema"]["items"]["maximum"] == 6
 
@@ -128,11 +128,59 @@ def test_a_human_rating_outside_the_limits_is_caught(release_tables, tmp_path):
     assert results["mmrb2_pairs"].passed
 
 
+def test_ratings_that_are_not_json_are_offending_values_of_the_schema_expectation(release_tables, tmp_path):
+    pairs = release_tables["mmrb2_pairs"]
+    rows = [i for i, task in enumerate(pairs["task"].to_pylist()) if task == "t2i"][:2]
+    bad = with_cell(with_cell(pairs, "human_annotations", rows[0], "[5, 5,"), "human_annotations", rows[1], "[5, 5,")
+    results, _ = validate_tables({"mmrb2_pairs": bad}, tmp_path, "not-json")
+    failures = {f.expectation: f for f in results["mmrb2_pairs"].failures}
+    assert set(failures) == {"expect_column_values_to_be_json_parseable", "expect_column_json_to_match_schema"}
+    shape = failures["expect_column_json_to_match_schema"]
+    assert shape.error is None and shape.unexpected_count == 2 and shape.sample == ["[5, 5,"]
+
+
+def test_json_texts_are_judged_by_value_each_distinct_text_once():
+    from checks.gx_columns import matching_texts
+
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 6}, "minItems": 3, "maxItems": 3}
+    texts = ["[1, 2, 3]", "[1,2,3]", "[1, 2, 7]", "[1, 2]", "{}", "not json", "[1, 2, 3]", "null"]
+    assert matching_texts(texts, schema) == {"[1, 2, 3]", "[1,2,3]"}
+    import jsonschema
+
+    with pytest.raises(jsonschema.SchemaError):
+        matching_texts(texts, {"type": "no such type"})
+
+
+def test_numbers_are_compared_with_open_and_strict_bounds_in_one_pass():
+    from checks.gx_columns import numbers_between
+
+    values = [0, 1, 5, 16, 17, -3]
+    assert numbers_between(values, 1, 16).tolist() == [False, True, True, True, False, False]
+    assert numbers_between(values, 1, 16, strict_min=True, strict_max=True).tolist() == [False, False, True, False, False, False]
+    assert numbers_between(values, None, 5).tolist() == [True, True, True, False, False, True]
+    assert numbers_between([2**63 - 1, 2**62], 2**63 - 2, None).tolist() == [True, False]  # 64-bit ints stay exact
+
+
+def test_a_null_is_not_out_of_range_but_a_value_beside_it_is(release_tables, tmp_path):
+    steps = release_tables["prm_steps"]
+    rules = table_contracts()["prm_steps"].rules
+    never_null = {r.column for r in rules if r.kind == "not_null" and r.when is None}
+    nullable = next(r for r in rules if r.kind == "between" and r.when is None and r.column not in never_null)
+    column = steps[nullable.column].to_pylist()
+    column[0], column[1] = None, (nullable.hi + 1 if nullable.hi is not None else nullable.lo - 1)
+    changed = steps.set_column(steps.schema.get_field_index(nullable.column), nullable.column,
+                               pa.array(column, steps.schema.field(nullable.column).type))
+    results, _ = validate_tables({"prm_steps": changed}, tmp_path, "range")
+    failure = next(f for f in results["prm_steps"].failures if f.column == nullable.column)
+    assert failure.expectation == "expect_column_numbers_to_be_between"
+    assert failure.unexpected_count == 1 and failure.sample == [column[1]]
+
+
 def test_too_many_steps_are_caught_with_the_limit_from_settings(release_tables, tmp_path):
     samples = with_cell(release_tables["prm_samples"], "n_steps", 0, 17)
     results, _ = validate_tables({"prm_samples": samples}, tmp_path, "steps")
     failure = only_failure(results, "prm_samples")
-    assert (failure.expectation, failure.column) == ("expect_column_values_to_be_between", "n_steps")
+    assert (failure.expectation, failure.column) == ("expect_column_numbers_to_be_between", "n_steps")
     assert failure.sample == [17] and failure.kwargs["max_value"] == 16
 
     results, _ = validate_tables({"prm_samples": samples}, tmp_path, "steps-wide", QualitySettings(max_steps=17))
