@@ -124,3 +124,31 @@ def test_many_path_references_are_read_over_the_pool_with_the_rows_of_one_proces
     pool_files = sorted(p.relative_to(tmp_path / "pool").as_posix() for p in (tmp_path / "pool").rglob("*.jpg"))
     assert pool_files == sorted(p.relative_to(tmp_path / "one").as_posix() for p in (tmp_path / "one").rglob("*.jpg"))
     assert len(pool_files) == len({r["sha256"] for r in table.to_pylist() if r["status"] == "ok"}) > SMALL_BATCH // 2
+
+
+def test_embedded_images_hashed_over_the_pool_in_windows_give_the_rows_of_one_process(tmp_path, monkeypatch):
+    """Embedded images are read here a window at a time and hashed by the pool's workers (one pool
+    for every window): the first occurrence of each key in shard order, and the same rows, hashes
+    and stored files as hashing them one at a time here, repeats across windows and row groups,
+    corrupt and unnamed images included."""
+    from pipeline.visualprm import images as vi
+
+    media = []
+    for i in range(300):
+        n = i % 170  # keys 0..129 come back later in the shard, after several windows
+        data = b"\xff\xd8not a jpeg" if n % 53 == 7 else stand_in_jpeg(n)
+        media.append([{"bytes": data, "path": None if n % 41 == 3 else f"src/{n:04d}.jpg"}])
+    path = tmp_path / "train-0.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(len(media))], "messages": ["[]"] * len(media),
+                             "media": pa.array(media, type=MEDIA)}), path, row_group_size=40)
+    monkeypatch.setattr(vi, "EMBEDDED_WINDOW_BYTES", 20_000)  # a few dozen stand-ins per window
+    pooled = vi._read_embedded([path], ImageStore(tmp_path / "pool"), ZipLimits().max_image_pixels, workers=2)
+    serial = vi._read_embedded([path], ImageStore(tmp_path / "one"), ZipLimits().max_image_pixels, workers=1)
+    assert [k for k, _, _ in pooled] == [k for k, _, _ in serial]
+    assert len(pooled) == 170 and len({k for k, _, _ in pooled}) == 170
+    assert [r for _, r, _ in pooled] == [r for _, r, _ in serial]
+    assert [h for _, _, h in pooled] == [h for _, _, h in serial]
+    assert sum(r["status"] == "corrupt" for _, r, _ in pooled) == len([n for n in range(170) if n % 53 == 7])
+    assert sum(k.startswith("sha256:") for k, _, _ in pooled) == len([n for n in range(170) if n % 41 == 3])
+    files = lambda root: sorted(p.relative_to(root).as_posix() for p in root.rglob("*.*"))  # noqa: E731
+    assert files(tmp_path / "pool") == files(tmp_path / "one") and len(files(tmp_path / "one")) > 100

@@ -498,12 +498,19 @@ def _pool_context():
     return ctx
 
 
+def _process_pool(workers: int, initializer=None, initargs=()) -> ProcessPoolExecutor:
+    """A pool of hashing workers (fork server with this module and the compiled loops loaded)."""
+    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
+                               initargs=(initializer, initargs))
+
+
 def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress | None,
-         initializer=None, initargs=(), local=None) -> list[HashedImage]:
+         initializer=None, initargs=(), local=None, pool: ProcessPoolExecutor | None = None) -> list[HashedImage]:
     """Every chunk through `work` over `workers` processes (<= 1: here). `local` (a chunk's work
     in this process): while the pool starts (its fork server imports this module and loads the
     compiled loops, about a second in a new process), this process takes chunks itself, from the
-    same queue the pool is fed from, until the pool has taken the rest."""
+    same queue the pool is fed from, until the pool has taken the rest. `pool`: the caller's
+    (from `_process_pool`, for several batches in turn; the caller shuts it down), else one of its own."""
     results: list[HashedImage | None] = [None] * total
     done, start = 0, time.perf_counter()
 
@@ -521,8 +528,9 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
         for chunk in chunks:
             record(work(chunk))
         return results  # type: ignore[return-value]
-    pool = ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
-                               initargs=(initializer, initargs))
+    own = pool is None
+    if own:
+        pool = _process_pool(workers, initializer, initargs)
     queue = deque(chunks)
     futures = []
     failed: list[BaseException] = []  # what stopped the feeder (a pool that cannot start)
@@ -556,9 +564,14 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
         # them all first; only the chunks the workers hold now are finished.
         stopped.set()
         feeder.join()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            for future in futures:
+                future.cancel()
         raise
-    pool.shutdown(wait=True)
+    if own:
+        pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
 
 

@@ -78,14 +78,42 @@ def _embedded(files: list[Path]):
 def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) -> list[tuple[str, dict, HashedImage | None]]:
     """One row group's embedded images, read, checked, hashed and stored where it runs (a Ray
     task: it reads its own bytes and returns rows and hashes, never images)."""
-    store, seen, out = ImageStore(Path(store_root)), set(), []
-    pf = streaming_parquet(Path(file))
+    return _row_group_images(streaming_parquet(Path(file)), row_group, ImageStore(Path(store_root)), max_pixels)
+
+
+def _row_group_images(pf: pq.ParquetFile, row_group: int, store: ImageStore,
+                      max_pixels: int) -> list[tuple[str, dict, HashedImage | None]]:
+    """(key, row, hashes) of the first occurrence of each embedded image in one row group."""
+    seen, out = set(), []
     for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[row_group]):
         for key, blob in _media_items(batch):
             if key not in seen:
                 seen.add(key)
                 out.append((key, *_row(key, "embedded", blob, None, store, max_pixels)))
     return out
+
+
+def _embedded_row_groups(files: list[Path]) -> tuple[list[tuple[str, int]], int]:
+    """The (shard, row group) units that hold embedded bytes, and how many bytes (compressed) they
+    hold, from the shards' footers: a row group whose `bytes` leaf is all null (path references
+    only, nine in ten upstream) is not read at all."""
+    units, size = [], 0
+    for f in files:
+        pf = _media_file(f)
+        if pf is None:
+            continue
+        meta = pf.metadata
+        leaves = [i for i in range(meta.num_columns)
+                  if meta.schema.column(i).path.startswith("media.") and meta.schema.column(i).path.endswith(".bytes")]
+        for rg in range(meta.num_row_groups):
+            chunks = [meta.row_group(rg).column(i) for i in leaves]
+            stats = [c.statistics for c in chunks]
+            if chunks and all(st is not None and st.has_null_count and st.null_count == c.num_values
+                              for c, st in zip(chunks, stats)):
+                continue
+            units.append((str(f), rg))
+            size += sum(c.total_compressed_size for c in chunks)
+    return units, size
 
 
 def describe(location: tuple) -> str:
@@ -358,7 +386,8 @@ def inventory_prm_images(
         _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes,
                           rejected, progress, image_roots)
     else:
-        _embedded_in_threads(parquet_files, rows, record, store, limits.max_image_pixels)
+        for key, row, hashed in _read_embedded(parquet_files, store, limits.max_image_pixels):
+            record(key, row, hashed)
         resolver = PathResolver(image_root, image_zips, limits, image_roots)
         rejected.extend(resolver.rejected)
         located = []
@@ -425,37 +454,71 @@ def _read_located(located: list[tuple[str, tuple]], store: ImageStore, limits: Z
             zf.close()
 
 
-EMBEDDED_WINDOW = 64  # embedded images decoded and hashed at once, over threads (bytes held: this many)
+EMBEDDED_CHUNK = 16  # embedded images per pool task
+EMBEDDED_POOL_BYTES = 8 << 20  # less embedded data than this (a few hundred small images) is read here
+EMBEDDED_WINDOW_BYTES = 64 << 20  # embedded bytes held at once: read ahead, then hashed over the pool
 
 
-def _embedded_in_threads(parquet_files: list[Path], rows: dict, record, store: ImageStore, max_pixels: int) -> None:
-    """The shards' embedded images, the first occurrence of each key, checked, hashed and stored
-    over one thread per core (Pillow's decode and resize let go of the GIL), `record`ed in shard
-    order: the same rows as one at a time."""
-    from concurrent.futures import ThreadPoolExecutor
+def _embedded(files: list[Path]):
+    """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch."""
+    for f in files:
+        pf = _media_file(f)
+        for batch in pf.iter_batches(batch_size=256, columns=["media"]) if pf else ():
+            yield from _media_items(batch)
 
-    from pipeline.dedupe.hashing import default_workers
 
+def _embedded_chunk(chunk: list[tuple[int, str, bytes]], store_root: str,
+                    max_pixels: int) -> list[tuple[int, tuple[dict, HashedImage | None]]]:
+    """(position, key, bytes) items checked, hashed and stored where this runs."""
+    store = ImageStore(Path(store_root))
+    return [(i, _row(key, "embedded", data, None, store, max_pixels)) for i, key, data in chunk]
+
+
+def _read_embedded(parquet_files: list[Path], store: ImageStore, max_pixels: int,
+                   workers: int | None = None) -> list[tuple[str, dict, HashedImage | None]]:
+    """The shards' embedded images, the first occurrence of each key in shard order, checked,
+    hashed and stored. They are read here in windows of EMBEDDED_WINDOW_BYTES (memory holds one
+    window, never the shards), each window hashed over hashing's process pool (EMBEDDED_CHUNK
+    images per task, one pool for all windows) when the shards' footers say they hold
+    EMBEDDED_POOL_BYTES or more, else here. Decoding holds the GIL in parts, so threads did not
+    overlap; processes do. The same rows either way."""
+    from functools import partial
+
+    from pipeline.dedupe.hashing import _chunks, _process_pool, _run, default_workers
+
+    if workers is None:
+        workers = default_workers() if _embedded_row_groups(parquet_files)[1] >= EMBEDDED_POOL_BYTES else 1
+    work = partial(_embedded_chunk, store_root=str(store.root), max_pixels=max_pixels)
+    pool = _process_pool(workers) if workers > 1 else None
+    out: list[tuple[str, dict, HashedImage | None]] = []
     window: list[tuple[str, bytes]] = []
+
+    def flush() -> None:
+        jobs = [(i, key, data) for i, (key, data) in enumerate(window)]
+        if pool is None:
+            done = _run(_chunks(jobs, EMBEDDED_CHUNK, 1), len(jobs), work, 1, None)
+        else:
+            done = _run(_chunks(jobs, EMBEDDED_CHUNK, workers), len(jobs), work, workers, None, local=work, pool=pool)
+        out.extend((key, row, hashed) for (key, _), (row, hashed) in zip(window, done))
+        window.clear()
+
     taken: set[str] = set()
-
-    def one(item):
-        return _row(item[0], "embedded", item[1], None, store, max_pixels)
-
-    with ThreadPoolExecutor(default_workers()) as pool:
-        def flush() -> None:
-            for (key, _), (row, hashed) in zip(window, pool.map(one, window)):
-                record(key, row, hashed)
-            window.clear()
-
+    held = 0
+    try:
         for key, data in _embedded(parquet_files):
-            if key in rows or key in taken:
+            if key in taken:
                 continue
             taken.add(key)
             window.append((key, data))
-            if len(window) >= EMBEDDED_WINDOW:
+            held += len(data)
+            if held >= EMBEDDED_WINDOW_BYTES:
                 flush()
+                held = 0
         flush()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return out
 
 
 def _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store, executor, rows, hashes, rejected,
@@ -473,10 +536,7 @@ def _inventory_on_ray(refs, parquet_files, image_root, image_zips, limits, store
                     if hashed is not None:
                         hashes[key] = hashed
 
-    units = []
-    for f in parquet_files:
-        pf = _media_file(f)
-        units += [(str(f), rg, str(store.root), limits.max_image_pixels) for rg in range(pf.num_row_groups)] if pf else []
+    units = [(file, rg, str(store.root), limits.max_image_pixels) for file, rg in _embedded_row_groups(parquet_files)[0]]
     keep(map_tasks(_embedded_unit, units, executor.address, progress))
     resolver = PathResolver(image_root, image_zips, limits, image_roots)
     rejected.extend(resolver.rejected)
