@@ -57,9 +57,17 @@ def test_dagster_finds_the_code_location_from_pyproject_without_flags(tmp_path):
 def test_unchanged_input_reuses_staged_work_and_reports_data_versions(tmp_path):
     resource = RewardhouseResource(source="sample", home=str(tmp_path))
     everything = list(defs.assets) + list(defs.asset_checks)
+    def candidate_files():
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in tmp_path.glob("staging/candidates/*/tables/*.parquet")}
+
     with dg.DagsterInstance.ephemeral() as instance:
         first = dg.materialize(everything, resources={"rewardhouse": resource}, instance=instance)
+        written = candidate_files()
         second = dg.materialize(everything, resources={"rewardhouse": resource}, instance=instance)
+    # the same release id: the candidate's tables an earlier run wrote are neither read nor written again
+    assert written and candidate_files() == written
+    (a,), (b,) = first.asset_materializations_for_node("release_candidate"), second.asset_materializations_for_node("release_candidate")
+    assert {k: v.value for k, v in a.metadata.items()} == {k: v.value for k, v in b.metadata.items()}
     heavy = ["mmrb2_annotations", "mmrb2_images", "visualprm_samples", "visualprm_images", "image_hashes", "image_dedupe", "visualprm_export"]
     for name in heavy:
         (a,) = first.asset_materializations_for_node(name)
@@ -126,3 +134,24 @@ def test_only_checks_that_can_fail_with_error_are_marked_blocking():
     assert WARN_ONLY and all(not specs[name].blocking for name in WARN_ONLY)
     assert all(spec.blocking for name, spec in specs.items() if name not in WARN_ONLY), \
         sorted(n for n, s in specs.items() if not s.blocking)
+
+
+def test_a_candidate_is_reused_only_whole_and_for_its_own_release_id(tmp_path):
+    import json
+
+    from assets.release import _written_tables
+    from pipeline.staging import CANDIDATE_FILE
+
+    folder = tmp_path / "candidates" / "abc"
+    (folder / "tables").mkdir(parents=True)
+    for name in ("t1", "t2"):
+        (folder / "tables" / f"{name}.parquet").write_bytes(b"x")
+    assert _written_tables(folder, "abc") is None  # no record: a run died before writing it
+    (folder / CANDIDATE_FILE).write_text(json.dumps({"release_id": "abc", "tables": {"t1": "/elsewhere/t1.parquet",
+                                                                                     "t2": "/elsewhere/t2.parquet"}}))
+    assert _written_tables(folder, "abc") == {n: str(folder / "tables" / f"{n}.parquet") for n in ("t1", "t2")}
+    assert _written_tables(folder, "other") is None
+    (folder / "tables" / "t2.parquet").unlink()
+    assert _written_tables(folder, "abc") is None  # a table is gone: all are written again
+    (folder / CANDIDATE_FILE).write_text("{not json")
+    assert _written_tables(folder, "abc") is None
