@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from pipeline.dedupe.decisions import hashes_table
 from pipeline.dedupe.executor import Executor
-from pipeline.dedupe.hashing import default_workers
+from pipeline.dedupe.hashing import ZipHasher, default_workers
 from pipeline.dedupe.ray_executor import RayUnavailable
 from pipeline.contract import enforce
 from pipeline.mmrb2.contract import contracts
@@ -93,7 +93,7 @@ def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: 
 
 
 def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path,
-                scan=None):
+                scan=None, hasher=None):
     """One part of the zip: each image read straight from it and decoded once, in parallel, for
     its checksum, dimensions, decode status and hashes. A task's part is the names it owns; the
     `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
@@ -108,6 +108,7 @@ def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, 
             optional=set(names.optional), progress=progress_logger(context, f"mmrb2 images [{part}]: read and hashed"),
             scope="unreferenced" if part == UNREFERENCED else "referenced", workers=settings.workers or default_workers(),
             executor=executor if executor.on_ray else None, scan=scan() if scan else None,
+            hasher=hasher() if hasher and not executor.on_ray else None,
         )
     except RayUnavailable as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -146,14 +147,23 @@ def mmrb2_task_images(
     ranged = context.has_partition_key or context.has_partition_key_range
     keys = context.partition_keys if ranged else list(PARTITION_KEYS)
     per_task = {}
-    # the archive's central directory, read once for the partitions this run computes
-    scan = functools.cache(lambda: scan_zip(snapshot.image_zip, rewardhouse.settings().zip_limits))
-    for key in keys:
-        _, plain, reused = reuse_or_compute(
-            context.log, folders[key],
-            lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], folders[key],
-                                        scan if snapshot and snapshot.image_zip else None))
-        per_task[key] = {**plain, "reused": reused}
+    # the archive's central directory, read once for the partitions this run computes, and one
+    # pool of workers (each opening the archive once) for all of them
+    settings = rewardhouse.settings()
+    scan = functools.cache(lambda: scan_zip(snapshot.image_zip, settings.zip_limits))
+    hasher = functools.cache(lambda: ZipHasher(snapshot.image_zip, settings.zip_limits,
+                                               settings.workers or default_workers()))
+    zipped = bool(snapshot and snapshot.image_zip)
+    try:
+        for key in keys:
+            _, plain, reused = reuse_or_compute(
+                context.log, folders[key],
+                lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], folders[key],
+                                            scan if zipped else None, hasher if zipped else None))
+            per_task[key] = {**plain, "reused": reused}
+    finally:
+        if hasher.cache_info().currsize:
+            hasher().close()
     totals = {m: sum(t[m] for t in per_task.values()) for m in ("rows_mmrb2_images", "hashed", "images_ok", "images_corrupt", "images_missing")}
     metadata = {**totals, "partitions": dg.MetadataValue.json(per_task), "reused": all(t["reused"] for t in per_task.values()),
                 "images_per_partition": bars([(k, t["rows_mmrb2_images"] / max(totals["rows_mmrb2_images"], 1),

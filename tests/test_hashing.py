@@ -240,6 +240,32 @@ def test_hash_zip_reads_entries_in_place_and_matches_hash_files(tmp_path):
     assert not list(tmp_path.glob("images")), "nothing is extracted"
 
 
+def test_one_zip_hasher_serves_several_batches_with_one_pool(tmp_path):
+    """A step's partitions hashed in turn by one ZipHasher: each batch's results are hash_zip's,
+    the workers started for the first batch serve the next, and closing it stops them."""
+    import multiprocessing
+
+    from pipeline.dedupe.hashing import ZipHasher
+
+    files = corpus()
+    z = tmp_path / "images.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for name, data in files:
+            zf.writestr(f"images/{name}", data)
+    items = [(name, f"images/{name}") for name, _ in files]
+    batches = [items[::2], items[1::2], items[:3] + [("absent.jpg", "images/absent.jpg")]]
+    with ZipHasher(z, ZipLimits(), workers=2) as hasher:
+        got, workers = [], []
+        for batch in batches:
+            got.append(hasher.hash(batch, chunk=2))
+            workers.append(sorted(p.pid for p in hasher.pool._processes.values()))
+    assert got == [hash_zip(z, batch, ZipLimits(), workers=1) for batch in batches]
+    # the pool's workers (started as the work needs them) are the same processes batch after batch
+    assert workers[0] and set(workers[0]) <= set(workers[1]) <= set(workers[2]) and len(workers[2]) <= 2
+    assert "no entry" in got[2][-1].error
+    assert not [p for p in multiprocessing.active_children() if p.is_alive() and p.pid in workers[2]]
+
+
 # ---- odd inputs -----------------------------------------------------------------------------------
 
 

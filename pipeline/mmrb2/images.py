@@ -7,7 +7,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from pipeline.dedupe.hashing import HashedImage, hash_zip
+from pipeline.dedupe.hashing import HashedImage, ZipHasher, hash_zip
 from pipeline.quarantine import FILE_STAGE, Rejection
 from pipeline.settings import ZipLimits
 from pipeline.zipread import ZipScan, scan_zip
@@ -49,6 +49,7 @@ def inventory_images(
     workers: int = 1,
     executor=None,
     scan: ZipScan | None = None,
+    hasher: ZipHasher | None = None,
 ) -> tuple[pa.Table, list[Rejection], list[HashedImage]]:
     """One row per archive entry and per `referenced` name (missing ones included; `optional`
     names get a row only when the archive has them), the rejections, and the hashes of the
@@ -61,7 +62,9 @@ def inventory_images(
     Each entry is read and decoded once, in `workers` processes: the decode that hashes it is also
     the check that it is a whole image (a truncated JPEG fails the reduced-scale decode exactly as
     it fails a full one), and it gives the size and format. Hashes come back keyed by image name.
-    `scan`: `scan_zip(zip_path, limits)` when the caller has it (a step doing several parts)."""
+    `scan`: `scan_zip(zip_path, limits)` when the caller has it (a step doing several parts);
+    `hasher`: a `ZipHasher` of this archive to hash with (its pool and open archive serve all the
+    step's parts), else one for this call."""
     if scope not in ("all", "referenced", "unreferenced"):
         raise ValueError(f"unknown scope {scope!r}")
     rejected: list[Rejection] = []
@@ -94,6 +97,8 @@ def inventory_images(
         results = []
     elif executor is not None:  # the process pool or a Ray cluster (pipeline/dedupe/executor.py)
         results = executor.hash_zip(zip_path, work, limits, progress=progress)
+    elif hasher is not None:
+        results = hasher.hash(work, progress)
     else:
         results = hash_zip(zip_path, work, limits, workers=workers, progress=progress)
     hashed = []

@@ -98,11 +98,11 @@ def floor_file_chunk(chunk):
     return out
 
 
-def floor_zip_chunk(chunk, limits):
+def floor_zip_chunk(chunk, limits, zip_path):
     from pipeline.dedupe import hashing
     from pipeline.zipread import read_entry
 
-    zf = hashing._worker_zip
+    zf = hashing._worker_zipfile(zip_path)
     out = []
     for i, _, name in chunk:  # entries are named in archive order, so this reads front to back
         _floor_bytes(read_entry(zf, zf.getinfo(name), limits))
@@ -140,10 +140,8 @@ def run(which: str, folder: Path, zip_path: Path, workers: int) -> dict:
                                local=floor_file_chunk)
     elif which == "floor-zip":
         jobs = [(i, k, name) for i, (k, name) in enumerate(entries)]
-        work = partial(floor_zip_chunk, limits=limits)
-        hashing._open_worker_zip(str(zip_path))  # this process's own reads while the pool starts
-        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), work, workers, None,
-                               hashing._open_worker_zip, (str(zip_path),), local=work)
+        work = partial(floor_zip_chunk, limits=limits, zip_path=str(zip_path))
+        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), work, workers, None, local=work)
     elif which == "imagehash":
         results = [imagehash.phash(Image.open(p)) for p in files]
     else:
