@@ -150,13 +150,15 @@ REVIEW_DIR = "review"
 
 
 @dg.asset(group_name="dedupe", kinds={"html"}, code_version="1",
-          ins={"release_candidate": dg.AssetIn(), **{name: dg.AssetIn(name) for name in RAW_INPUTS.values()}})
+          ins={"release_candidate": dg.AssetIn(), "image_hashes": dg.AssetIn(),
+               **{name: dg.AssetIn(name) for name in RAW_INPUTS.values()}})
 def dedupe_review(context: dg.AssetExecutionContext, rewardhouse: RewardhouseResource, release_candidate: Candidate,
-                  **raw) -> dg.Output[dict]:
+                  image_hashes: Staged, **raw) -> dg.Output[dict]:
     """A static HTML page of the candidate's dedupe decisions (pipeline/review): every
     contamination pair side by side, the largest clusters and a sample of the others, a sample of
     the near-misses, the reviewers' overrides and what they did; thumbnails made once per image
-    content. Published with the release as `releases/<id>/review/index.html`."""
+    content, from the signature the one decode of each image stored (no second read). Published
+    with the release as `releases/<id>/review/index.html`."""
     from pipeline.review.release import review_release
     from warehouse.duck import schema_for
 
@@ -164,8 +166,10 @@ def dedupe_review(context: dg.AssetExecutionContext, rewardhouse: RewardhouseRes
     candidate = release_candidate
     snapshots = {name: snapshot_of(raw[asset]) for name, asset in RAW_INPUTS.items()}
     out = Path(candidate.dir) / REVIEW_DIR
+    signatures = image_hashes.internal.get("image_signatures")
     stats = review_release(out, {k: Path(v) for k, v in candidate.tables.items()}, snapshots, layout,
-                           candidate.release_id, schema_for(candidate.release_id))
+                           candidate.release_id, schema_for(candidate.release_id),
+                           Path(signatures) if signatures else None)
     context.log.info(f"review page {stats.path}: {stats.contamination_pairs} contamination pairs, {stats.clusters_shown} of "
                      f"{stats.clusters} clusters, {stats.near_misses_shown} near-misses, {stats.thumbnails_made} thumbnails "
                      f"made, in {stats.seconds:.1f} s")

@@ -6,6 +6,7 @@ import json
 import re
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
@@ -122,3 +123,55 @@ def test_dedupe_report_on_a_folder(tmp_path, capsys):
     assert main(["dedupe", str(folder)]) == 0
     listed = capsys.readouterr().out.splitlines()[1:]
     assert sorted(line.split(",")[0] for line in listed) == ["a.png", "a_crop.png", "b.png"]
+
+
+def test_thumbnails_come_from_the_stored_signatures_without_reading_the_images(tmp_path):
+    """With the release's stored signatures at hand, the page's thumbnails are made from them: no
+    image is read again, each has the image's aspect at make_thumbnail's size, and its colours are
+    the image's (a red, a green and a blue picture stay so). Images without a signature are read."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from pipeline.dedupe.hashing import hash_bytes
+    from pipeline.review.release import stored_signatures
+    from pipeline.review.thumbnails import make_thumbnail
+
+    data, images, clusters, contamination = _set(6)
+    colours = [(200, 30, 30), (30, 180, 40), (40, 60, 210)]
+    for i, key in enumerate(sorted(data)):  # each image a flat colour with a dark bar, in the aspect of its size
+        w, h = (400, 225) if i % 2 else (180, 320)
+        im = Image.new("RGB", (w, h), colours[i % 3])
+        im.paste((20, 20, 20), (w // 4, h // 3, w // 4 + 20 + 4 * i, h // 2))  # each image its own
+        buf = io.BytesIO()
+        im.save(buf, "PNG")
+        data[key] = buf.getvalue()
+    shas = {key: hash_bytes(key[1], blob).sha256 for key, blob in data.items()}
+    images = pa.Table.from_pylist([{**r, "sha256": shas[(r["dataset"], r["image_key"])]} for r in images.to_pylist()])
+    without = sorted(data)[0]  # this one has no stored signature: read as before
+    rows = []
+    for key, blob in data.items():
+        h = hash_bytes(key[1], blob)
+        if key != without:
+            rows.append({"sha256": h.sha256, "thumb": h.thumb, "width": h.width, "height": h.height})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "signatures.parquet", row_group_size=2)
+    reads = []
+
+    def reader(dataset, keys):
+        for key in keys:
+            reads.append((dataset, key))
+            yield key, data[(dataset, key)]
+
+    store = ThumbnailStore(tmp_path / "store")
+    stats = write_review(tmp_path / "page" / "index.html",
+                         ReviewInput("t", images, clusters, contamination,
+                                     signatures=stored_signatures(tmp_path / "signatures.parquet", batch_rows=3)),
+                         reader, store)
+    assert reads == [without] and stats.thumbnails_made == len(data)
+    for i, key in enumerate(sorted(data)):
+        made = Image.open(store.path(shas[key]))
+        reference = Image.open(io.BytesIO(make_thumbnail(data[key])))
+        assert made.size == reference.size, key
+        corner = np.asarray(made.convert("RGB"))[2:8, 2:8].reshape(-1, 3).mean(axis=0)
+        assert np.abs(corner - colours[i % 3]).max() < 25, (key, corner)

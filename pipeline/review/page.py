@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.review.thumbnails import ThumbnailStore, make_thumbnail, thumbnail_relpath
+from pipeline.review.thumbnails import ThumbnailStore, make_thumbnail, thumbnail_from_signature, thumbnail_relpath
 
 TOP_CLUSTERS = 50  # the largest clusters, all shown
 SAMPLED_CLUSTERS = 50  # and a random sample of the others
@@ -62,6 +62,8 @@ TEMPLATE = Path(__file__).with_name("template.html")
 
 ImageId = tuple[str, str]  # (dataset, image_key)
 Reader = Callable[[str, list[str]], Iterator[tuple[str, bytes]]]  # (dataset, keys) -> (key, bytes)
+# sha256s -> {sha256: (stored verification signature, width, height)} for those it has
+Signatures = Callable[[set[str]], dict[str, tuple[bytes, int, int]]]
 RecordId = tuple[str, str]  # (dataset, record key)
 TextReader = Callable[[list[RecordId]], dict[RecordId, str]]  # records -> the text that identifies each
 
@@ -92,6 +94,7 @@ class ReviewInput:
     leak_overrides: pa.Table | None = None  # leak_overrides: the text not_leak decisions and their effects
     rerun: str | None = None  # a folder report: how to run it again (another threshold); no contamination,
     # eval sets or override commands on such a page (the overrides file is the pipeline's)
+    signatures: Signatures | None = None  # the stored verification signatures: thumbnails without a read
 
 
 @dataclass
@@ -136,19 +139,25 @@ def _pick_near(near: list[dict], rng: random.Random) -> list[dict]:
 
 
 def make_thumbnails(store: ThumbnailStore, wanted: dict[str, ImageId], reader: Reader,
-                    workers: int = 0) -> tuple[dict[str, str | None], int]:
+                    workers: int = 0, signatures: Signatures | None = None) -> tuple[dict[str, str | None], int]:
     """Thumbnails for every sha256 in `wanted` (sha -> an image with that content): those already in
-    the store are reused, the rest read per dataset through `reader` and reduced on a thread pool
-    (Pillow releases the GIL while decoding and resizing). Returns (sha -> relpath or None, made)."""
+    the store are reused; those whose verification signature `signatures` gives are made from it
+    (no read); the rest read per dataset through `reader` and reduced on a thread pool (Pillow
+    releases the GIL while decoding and resizing). Returns (sha -> relpath or None, made)."""
     out: dict[str, str | None] = {}
-    todo: dict[str, list[str]] = defaultdict(list)
-    for sha, (dataset, key) in wanted.items():
-        if store.path(sha).is_file():
-            out[sha] = thumbnail_relpath(sha)
-        else:
-            todo[dataset].append(key)
-    key_sha = {(d, k): s for s, (d, k) in wanted.items()}
+    missing = {sha: im for sha, im in wanted.items() if not store.path(sha).is_file()}
+    out.update((sha, thumbnail_relpath(sha)) for sha in wanted if sha not in missing)
     made = 0
+    for sha, (signature, width, height) in (signatures(set(missing)) if signatures and missing else {}).items():
+        if sha in missing:
+            store.put(sha, thumbnail_from_signature(signature, width, height))
+            out[sha] = thumbnail_relpath(sha)
+            made += 1
+            del missing[sha]
+    todo: dict[str, list[str]] = defaultdict(list)
+    for sha, (dataset, key) in missing.items():
+        todo[dataset].append(key)
+    key_sha = {(d, k): s for s, (d, k) in wanted.items()}
 
     def reduce(item: tuple[str, bytes]) -> tuple[str, bytes | None]:
         sha, data = item
@@ -226,7 +235,7 @@ def write_review(page_path: Path, data: ReviewInput, reader: Reader, store: Thum
         row = images.get(im)
         if row is not None:
             wanted.setdefault(row["sha256"], im)
-    thumbs, made = make_thumbnails(store, wanted, reader)
+    thumbs, made = make_thumbnails(store, wanted, reader, signatures=data.signatures)
 
     # The page's own copy of each thumbnail (hard links: a few KB each, shared with the store).
     out = page_path.parent

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import datasets
@@ -78,9 +79,29 @@ def record_texts(tables: dict[str, Path], wanted: list[RecordId]) -> dict[Record
     return out
 
 
+def stored_signatures(path: Path | None, batch_rows: int = 1024):
+    """A `Signatures` lookup over the staged image signatures (image_hashes' internal table):
+    the thumbnails of a page are made from them instead of reading the images again. Read in
+    batches of `batch_rows` (a signature is 18 KB), keeping only the wanted rows."""
+    def lookup(shas: set[str]) -> dict[str, tuple[bytes, int, int]]:
+        from pipeline.staging import streamed
+
+        found: dict[str, tuple[bytes, int, int]] = {}
+        if path is None or not Path(path).is_file():
+            return found
+        for batch in streamed(path, batch_rows, ["sha256", "thumb", "width", "height"]):
+            keep = pc.is_in(batch.column(0), value_set=pa.array(sorted(shas - found.keys()), pa.string()))
+            for row in pa.Table.from_batches([batch]).filter(keep).to_pylist():
+                found.setdefault(row["sha256"], (row["thumb"], row["width"], row["height"]))
+        return found
+
+    return lookup
+
+
 def review_release(out: Path, tables: dict[str, Path], snapshots: dict, layout, release_id: str,
-                   schema: str | None) -> ReviewStats:
-    """Write the review page of a candidate whose tables are the Parquet files `tables`."""
+                   schema: str | None, signatures: Path | None = None) -> ReviewStats:
+    """Write the review page of a candidate whose tables are the Parquet files `tables`;
+    `signatures`: the staged image signatures, which the thumbnails are made from."""
     hashes = _read(tables, "image_hashes", ["dataset", "image_key", "sha256", "width", "height", "bytes"])
     clusters = _read(tables, "duplicate_clusters")
     contamination = _read(tables, "contamination")
@@ -109,5 +130,6 @@ def review_release(out: Path, tables: dict[str, Path], snapshots: dict, layout, 
         record_leaks=RecordLeaks(_read(tables, "record_contamination"), _read(tables, "eval_overlap"),
                                  lambda wanted: record_texts(tables, wanted)),
         leak_overrides=_read(tables, "leak_overrides"),
+        signatures=stored_signatures(signatures) if signatures else None,
     )
     return write_review(out / "index.html", data, reader, ThumbnailStore(layout.root))
