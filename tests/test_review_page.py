@@ -42,15 +42,21 @@ def _set(n_members: int):
     return data, images, pa.Table.from_pylist(rows), contamination
 
 
-def test_every_pair_and_a_large_cluster_paged_with_bounded_thumbnails(tmp_path, monkeypatch):
-    monkeypatch.setattr(review_page, "MEMBERS_WITH_THUMBS", 40)
-    data, images, clusters, contamination = _set(120)
-    reads = []
-
+def _reading(data: dict, reads: list):
+    """A review reader over `data` ((dataset, key) -> bytes) that notes each image it reads."""
     def reader(dataset, keys):
         for key in keys:
             reads.append((dataset, key))
             yield key, data[(dataset, key)]
+
+    return reader
+
+
+def test_every_pair_and_a_large_cluster_paged_with_bounded_thumbnails(tmp_path, monkeypatch):
+    monkeypatch.setattr(review_page, "MEMBERS_WITH_THUMBS", 40)
+    data, images, clusters, contamination = _set(120)
+    reads = []
+    reader = _reading(data, reads)
 
     store = ThumbnailStore(tmp_path / "store")
     out = tmp_path / "release" / "review" / "index.html"
@@ -157,11 +163,7 @@ def test_thumbnails_come_from_the_stored_signatures_without_reading_the_images(t
             rows.append({"sha256": h.sha256, "thumb": h.thumb, "width": h.width, "height": h.height})
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "signatures.parquet", row_group_size=2)
     reads = []
-
-    def reader(dataset, keys):
-        for key in keys:
-            reads.append((dataset, key))
-            yield key, data[(dataset, key)]
+    reader = _reading(data, reads)
 
     store = ThumbnailStore(tmp_path / "store")
     stats = write_review(tmp_path / "page" / "index.html",
