@@ -2,6 +2,7 @@
 (checks/release.py), then publish an immutable release and refresh the warehouse."""
 
 import json
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -76,12 +77,14 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
     # A candidate is judged afresh on every run: stale outcomes must not vouch for it.
     for old in (folder / CHECKS_DIR).glob("*.json") if (folder / CHECKS_DIR).is_dir() else []:
         old.unlink()
-    written = _written_tables(folder, release_id)
+    stamps = _input_stamps([inputs[name] for name in STAGED_INPUTS])
+    written = _written_tables(folder, release_id, stamps)
     if written is None:
         tables = collect_tables([inputs[name] for name in STAGED_INPUTS])
         written = write_staged(folder / "tables", tables)
         rows = {t: v.num_rows for t, v in tables.items()}
-    else:  # the same id is the same content: the tables an earlier run wrote here stand
+        write_text_atomic(folder / INPUTS_FILE, json.dumps(stamps, sort_keys=True))
+    else:  # the same id and the same staged files: the tables an earlier run wrote here stand
         rows = {t: pq.read_metadata(path).num_rows for t, path in written.items()}
     candidate = Candidate(
         release_id=release_id,
@@ -99,15 +102,30 @@ def release_candidate(rewardhouse: RewardhouseResource, **inputs) -> dg.Output[C
     )
 
 
-def _written_tables(folder: Path, release_id: str) -> dict[str, str] | None:
+INPUTS_FILE = "inputs.json"  # the staged files a candidate's tables were gathered from: path -> [size, mtime_ns]
+
+
+def _input_stamps(staged: list[Staged]) -> dict[str, list[int]]:
+    """Size and modification time of every staged table file the candidate gathers."""
+    stamps = {}
+    for item in staged:
+        for path in item.tables.values():
+            st = os.stat(path)
+            stamps[str(path)] = [st.st_size, st.st_mtime_ns]
+    return stamps
+
+
+def _written_tables(folder: Path, release_id: str, stamps: dict[str, list[int]]) -> dict[str, str] | None:
     """The tables of the candidate an earlier run staged in `folder` for this release id, when its
-    record (written last, atomically) names them and every file is there; else None. The id is
-    derived from everything the tables are made of, so an unchanged rerun neither reads nor writes
-    them again (0.7 s of a full-scale rerun)."""
-    record = folder / CANDIDATE_FILE
+    record (written last, atomically) names them, every file is there, and they were gathered from
+    the very staged files `stamps` describes (same paths, sizes and modification times: a staged
+    file rewritten since, by a fix or by hand, makes the candidate again); else None. An unchanged
+    rerun then neither reads nor writes them again (0.7 s of a full-scale rerun)."""
     try:
-        saved = json.loads(record.read_text())
+        saved = json.loads((folder / CANDIDATE_FILE).read_text())
         names = list(saved["tables"]) if saved.get("release_id") == release_id else []
+        if json.loads((folder / INPUTS_FILE).read_text()) != stamps:
+            return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     paths = {name: folder / "tables" / f"{name}.parquet" for name in names}

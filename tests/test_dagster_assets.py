@@ -136,22 +136,26 @@ def test_only_checks_that_can_fail_with_error_are_marked_blocking():
         sorted(n for n, s in specs.items() if not s.blocking)
 
 
-def test_a_candidate_is_reused_only_whole_and_for_its_own_release_id(tmp_path):
+def test_a_candidate_is_reused_only_whole_for_its_release_id_and_its_staged_files(tmp_path):
     import json
 
-    from assets.release import _written_tables
+    from assets.release import INPUTS_FILE, _written_tables
     from pipeline.staging import CANDIDATE_FILE
 
     folder = tmp_path / "candidates" / "abc"
     (folder / "tables").mkdir(parents=True)
     for name in ("t1", "t2"):
         (folder / "tables" / f"{name}.parquet").write_bytes(b"x")
-    assert _written_tables(folder, "abc") is None  # no record: a run died before writing it
+    stamps = {"/staging/a/t1.parquet": [10, 123], "/staging/b/t2.parquet": [20, 456]}
+    (folder / INPUTS_FILE).write_text(json.dumps(stamps))
+    assert _written_tables(folder, "abc", stamps) is None  # no record: a run died before writing it
     (folder / CANDIDATE_FILE).write_text(json.dumps({"release_id": "abc", "tables": {"t1": "/elsewhere/t1.parquet",
                                                                                      "t2": "/elsewhere/t2.parquet"}}))
-    assert _written_tables(folder, "abc") == {n: str(folder / "tables" / f"{n}.parquet") for n in ("t1", "t2")}
-    assert _written_tables(folder, "other") is None
+    assert _written_tables(folder, "abc", stamps) == {n: str(folder / "tables" / f"{n}.parquet") for n in ("t1", "t2")}
+    assert _written_tables(folder, "other", stamps) is None
+    # a staged file rewritten since (a fix, or by hand): gathered again
+    assert _written_tables(folder, "abc", {**stamps, "/staging/b/t2.parquet": [20, 457]}) is None
     (folder / "tables" / "t2.parquet").unlink()
-    assert _written_tables(folder, "abc") is None  # a table is gone: all are written again
+    assert _written_tables(folder, "abc", stamps) is None  # a table is gone: all are written again
     (folder / CANDIDATE_FILE).write_text("{not json")
-    assert _written_tables(folder, "abc") is None
+    assert _written_tables(folder, "abc", stamps) is None

@@ -618,11 +618,14 @@ class ZipHasher:
     def __init__(self, zip_path: Path, limits: ZipLimits, workers: int | None = None):
         self.zip_path, self.limits = str(zip_path), limits
         self.workers = default_workers() if workers is None else workers
-        self.zf = zipfile.ZipFile(zip_path)
-        self.offsets = {info.filename: info.header_offset for info in self.zf.infolist()}
+        self.zf: zipfile.ZipFile | None = None  # opened by the first batch (an unreadable archive raises there)
+        self.offsets: dict[str, int] = {}
         self.pool = _process_pool(self.workers) if self.workers > 1 else None
 
     def hash(self, items: list[tuple[str, str]], progress: Progress | None = None, chunk: int = 64) -> list[HashedImage]:
+        if self.zf is None:
+            self.zf = zipfile.ZipFile(self.zip_path)
+            self.offsets = {info.filename: info.header_offset for info in self.zf.infolist()}
         jobs = sorted(((i, key, name) for i, (key, name) in enumerate(items)), key=lambda j: self.offsets.get(j[2], -1))
         here = partial(_hash_entries, self.zf, limits=self.limits)
         if self.pool is None:
@@ -634,7 +637,8 @@ class ZipHasher:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-        self.zf.close()
+        if self.zf is not None:
+            self.zf.close()
 
     def __enter__(self) -> "ZipHasher":
         return self
