@@ -188,9 +188,8 @@ def test_this_process_takes_chunks_while_the_pool_starts_and_every_item_is_done_
     from pipeline.dedupe.hashing import _run
 
     jobs = [(i, f"k{i}", None) for i in range(400)]
-    chunks = [jobs[s:s + 4] for s in range(0, 400, 4)]
     calls = []
-    got = _run(chunks, 400, _where_hashed, 2, lambda done, total, rate: calls.append(done), local=_where_hashed)
+    got = _run(jobs, 4, _where_hashed, 2, lambda done, total, rate: calls.append(done), local=_where_hashed)
     assert len(got) == 400 and None not in got
     here = sum(pid == os.getpid() for pid in got)
     assert here >= 4 and here % 4 == 0, here  # at least the first chunk the pool did not take

@@ -498,19 +498,22 @@ def _pool_context():
     return ctx
 
 
-def _process_pool(workers: int, initializer=None, initargs=()) -> ProcessPoolExecutor:
+def _process_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of hashing workers (fork server with this module and the compiled loops loaded)."""
-    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init,
-                               initargs=(initializer, initargs))
+    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init)
 
 
-def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress | None,
-         initializer=None, initargs=(), local=None, pool: ProcessPoolExecutor | None = None) -> list[HashedImage]:
-    """Every chunk through `work` over `workers` processes (<= 1: here). `local` (a chunk's work
-    in this process): while the pool starts (its fork server imports this module and loads the
-    compiled loops, about a second in a new process), this process takes chunks itself, from the
-    same queue the pool is fed from, until the pool has taken the rest. `pool`: the caller's
-    (from `_process_pool`, for several batches in turn; the caller shuts it down), else one of its own."""
+def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None = None, local=None,
+         pool: ProcessPoolExecutor | None = None) -> list[HashedImage]:
+    """Every job, in chunks of `size` (`_chunks`), through `work` over `workers` processes, each
+    chunk giving (position, result) pairs; results in job order. `local`: a chunk's work in this
+    process; with `workers` <= 1 every chunk is done here (by `local`, else `work`); otherwise,
+    while the pool starts (its fork server imports this module and loads the compiled loops,
+    about a second in a new process), this process takes chunks itself, from the same queue the
+    pool is fed from, until the pool has taken the rest. `pool`: the caller's (from
+    `_process_pool`, for several batches in turn; the caller shuts it down), else one of its own."""
+    total = len(jobs)
+    chunks = _chunks(jobs, size, max(workers, 1))
     results: list[HashedImage | None] = [None] * total
     done, start = 0, time.perf_counter()
 
@@ -523,14 +526,12 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
             progress(done, total, done / max(time.perf_counter() - start, 1e-9))
 
     if workers <= 1:
-        if initializer:
-            initializer(*initargs)
         for chunk in chunks:
-            record(work(chunk))
+            record((local or work)(chunk))
         return results  # type: ignore[return-value]
     own = pool is None
     if own:
-        pool = _process_pool(workers, initializer, initargs)
+        pool = _process_pool(workers)
     queue = deque(chunks)
     futures = []
     failed: list[BaseException] = []  # what stopped the feeder (a pool that cannot start)
@@ -575,13 +576,11 @@ def _run(chunks: list[Chunk], total: int, work, workers: int, progress: Progress
     return results  # type: ignore[return-value]
 
 
-def _worker_init(initializer, initargs) -> None:
+def _worker_init() -> None:
     """Workers leave SIGINT/SIGTERM to the process that owns the pool: a stop sent to the whole
     process group ends the run at a safe point there, not in the middle of a chunk here."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    if initializer is not None:
-        initializer(*initargs)
 
 
 def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progress: Progress | None = None,
@@ -596,7 +595,7 @@ def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progre
         workers = default_workers() if len(items) >= SMALL_BATCH else 1
     jobs = [(i, key, str(path)) for i, (key, path) in enumerate(items)]
     work = partial(_hash_file_chunk, max_pixels=max_image_pixels)
-    return _run(_chunks(jobs, chunk, workers), len(jobs), work, workers, progress, local=work)
+    return _run(jobs, chunk, work, workers, progress, local=work)
 
 
 def hash_zip(zip_path: Path, items: list[tuple[str, str]], limits: ZipLimits, workers: int | None = None,
@@ -627,12 +626,9 @@ class ZipHasher:
             self.zf = zipfile.ZipFile(self.zip_path)
             self.offsets = {info.filename: info.header_offset for info in self.zf.infolist()}
         jobs = sorted(((i, key, name) for i, (key, name) in enumerate(items)), key=lambda j: self.offsets.get(j[2], -1))
-        here = partial(_hash_entries, self.zf, limits=self.limits)
-        if self.pool is None:
-            return _run(_chunks(jobs, chunk, 1), len(jobs), here, 1, progress)
-        return _run(_chunks(jobs, chunk, self.workers), len(jobs),
-                    partial(_hash_zip_chunk, limits=self.limits, zip_path=self.zip_path), self.workers, progress,
-                    local=here, pool=self.pool)
+        return _run(jobs, chunk, partial(_hash_zip_chunk, limits=self.limits, zip_path=self.zip_path),
+                    self.workers if self.pool else 1, progress, local=partial(_hash_entries, self.zf, limits=self.limits),
+                    pool=self.pool)
 
     def close(self) -> None:
         if self.pool is not None:

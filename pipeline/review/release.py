@@ -89,8 +89,9 @@ def stored_signatures(path: Path | None, batch_rows: int = 1024):
         found: dict[str, tuple[bytes, int, int]] = {}
         if path is None or not Path(path).is_file():
             return found
+        wanted = pa.array(sorted(shas), pa.string())
         for batch in streamed(path, batch_rows, ["sha256", "thumb", "width", "height"]):
-            keep = pc.is_in(batch.column(0), value_set=pa.array(sorted(shas - found.keys()), pa.string()))
+            keep = pc.is_in(batch.column(0), value_set=wanted)
             for row in pa.Table.from_batches([batch]).filter(keep).to_pylist():
                 found.setdefault(row["sha256"], (row["thumb"], row["width"], row["height"]))
         return found

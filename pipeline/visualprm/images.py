@@ -78,13 +78,8 @@ def _embedded(files: list[Path]):
 def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) -> list[tuple[str, dict, HashedImage | None]]:
     """One row group's embedded images, read, checked, hashed and stored where it runs (a Ray
     task: it reads its own bytes and returns rows and hashes, never images)."""
-    return _row_group_images(streaming_parquet(Path(file)), row_group, ImageStore(Path(store_root)), max_pixels)
-
-
-def _row_group_images(pf: pq.ParquetFile, row_group: int, store: ImageStore,
-                      max_pixels: int) -> list[tuple[str, dict, HashedImage | None]]:
-    """(key, row, hashes) of the first occurrence of each embedded image in one row group."""
-    seen, out = set(), []
+    store, seen, out = ImageStore(Path(store_root)), set(), []
+    pf = streaming_parquet(Path(file))
     for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[row_group]):
         for key, blob in _media_items(batch):
             if key not in seen:
@@ -437,18 +432,15 @@ def _read_located(located: list[tuple[str, tuple]], store: ImageStore, limits: Z
     SMALL_BATCH or more, else here. Each worker opens an archive once."""
     from functools import partial
 
-    from pipeline.dedupe.hashing import SMALL_BATCH, _chunks, _run, default_workers
+    from pipeline.dedupe.hashing import SMALL_BATCH, _run, default_workers
 
     if workers is None:
         workers = default_workers() if len(located) >= SMALL_BATCH else 1
     jobs = [(i, ref, location) for i, (ref, location) in enumerate(located)]
     mine: dict = {}  # this process's archives, closed here
-    here = partial(_path_chunk, store_root=str(store.root), limits=limits, open_zips=mine)
     try:
-        if workers <= 1:
-            return _run(_chunks(jobs, PATH_CHUNK, 1), len(jobs), here, 1, None)
-        return _run(_chunks(jobs, PATH_CHUNK, workers), len(jobs), partial(_path_chunk, store_root=str(store.root),
-                                                                           limits=limits), workers, None, local=here)
+        return _run(jobs, PATH_CHUNK, partial(_path_chunk, store_root=str(store.root), limits=limits), workers,
+                    local=partial(_path_chunk, store_root=str(store.root), limits=limits, open_zips=mine))
     finally:
         for zf in mine.values():
             zf.close()
@@ -484,7 +476,7 @@ def _read_embedded(parquet_files: list[Path], store: ImageStore, max_pixels: int
     overlap; processes do. The same rows either way."""
     from functools import partial
 
-    from pipeline.dedupe.hashing import _chunks, _process_pool, _run, default_workers
+    from pipeline.dedupe.hashing import _process_pool, _run, default_workers
 
     if workers is None:
         workers = default_workers() if _embedded_row_groups(parquet_files)[1] >= EMBEDDED_POOL_BYTES else 1
@@ -495,10 +487,7 @@ def _read_embedded(parquet_files: list[Path], store: ImageStore, max_pixels: int
 
     def flush() -> None:
         jobs = [(i, key, data) for i, (key, data) in enumerate(window)]
-        if pool is None:
-            done = _run(_chunks(jobs, EMBEDDED_CHUNK, 1), len(jobs), work, 1, None)
-        else:
-            done = _run(_chunks(jobs, EMBEDDED_CHUNK, workers), len(jobs), work, workers, None, local=work, pool=pool)
+        done = _run(jobs, EMBEDDED_CHUNK, work, workers, local=work, pool=pool)
         out.extend((key, row, hashed) for (key, _), (row, hashed) in zip(window, done))
         window.clear()
 

@@ -136,12 +136,11 @@ def run(which: str, folder: Path, zip_path: Path, workers: int) -> dict:
         # The same pool, chunking and dispatch as ours (this process takes chunks too while the
         # pool starts); only the per-image work differs.
         jobs = [(i, k, str(p)) for i, (k, p) in enumerate(items)]
-        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), floor_file_chunk, workers, None,
-                               local=floor_file_chunk)
+        results = hashing._run(jobs, 64, floor_file_chunk, workers, local=floor_file_chunk)
     elif which == "floor-zip":
         jobs = [(i, k, name) for i, (k, name) in enumerate(entries)]
         work = partial(floor_zip_chunk, limits=limits, zip_path=str(zip_path))
-        results = hashing._run(hashing._chunks(jobs, 64, workers), len(jobs), work, workers, None, local=work)
+        results = hashing._run(jobs, 64, work, workers, local=work)
     elif which == "imagehash":
         results = [imagehash.phash(Image.open(p)) for p in files]
     else:
