@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import dagster as dg
 import pyarrow as pa
 
+from checks.suites import import_early
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import RESULT_FILE, Staged, write_text_atomic
@@ -124,6 +125,7 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[Staged, dict
         os.utime(folder / RESULT_FILE)  # last use, for `rewardhouse gc`
         return saved[0], saved[1], True
     stop_point()
+    import_early()  # something is computed: a new release follows, and GX validates it
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)
     record = {"value": value.to_record(), "metadata": plain}

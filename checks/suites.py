@@ -243,11 +243,17 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 # Validation and Data Docs
 
 
+_IMPORT_LOCK = threading.Lock()
+_IMPORTING: threading.Thread | None = None
+_EARLY = False  # import_early() starts the import (set by a run whose steps share one process)
+
+
 def import_in_background() -> threading.Thread:
     """Start importing GX, pandas and this module's expectations on a thread (join it before
-    validating): GX's import is seconds of Python that can overlap GIL-free work the caller does
-    meanwhile, such as reading the candidate's Parquet tables. A failed import is left for the
-    caller's own import to raise."""
+    validating), once per process: GX's import is seconds of Python that can overlap GIL-free
+    work done meanwhile, such as reading the candidate's Parquet tables. A failed import is left
+    for the caller's own import to raise."""
+    global _IMPORTING
 
     def load() -> None:
         try:
@@ -257,9 +263,24 @@ def import_in_background() -> threading.Thread:
         except Exception:  # the caller imports these again and reports what is wrong
             pass
 
-    thread = threading.Thread(target=load, name="import great_expectations", daemon=True)
-    thread.start()
-    return thread
+    with _IMPORT_LOCK:
+        if _IMPORTING is None:
+            _IMPORTING = threading.Thread(target=load, name="import great_expectations", daemon=True)
+            _IMPORTING.start()
+        return _IMPORTING
+
+
+def import_early(enable: bool | None = None) -> None:
+    """`import_early(True)`: this process runs a whole job, so a step that computes anything (a
+    new release follows, which GX validates) starts GX's import then (`import_early()`), and the
+    seconds it takes overlap the steps between (hashing in worker processes, Parquet and DuckDB
+    work that lets go of the GIL) instead of the validation step. Off by default: a process that
+    runs one step (the UI's runs) would import GX for nothing."""
+    global _EARLY
+    if enable is not None:
+        _EARLY = enable
+    elif _EARLY:
+        import_in_background()
 
 
 def validate_tables(

@@ -283,3 +283,44 @@ def test_unusable_docs_root_still_validates_and_says_why(release_tables, tmp_pat
         results, index = validate_tables({"quarantine": release_tables["quarantine"]}, not_a_folder, "nodocs")
     assert results["quarantine"].passed and index is None
     assert "Data Docs not built" in caplog.text
+
+
+def test_gx_is_imported_early_only_in_a_whole_job_process_and_only_when_a_step_computes(tmp_path):
+    """`rewardhouse run` switches import_early on: the first step that computes (reuse_or_compute
+    with no finished record) starts GX's import on a thread, once; a step that reuses its record
+    (an unchanged rerun) starts nothing, and nor does a process that never switched it on."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import logging, sys
+from assets.common import reuse_or_compute
+from checks import suites
+from pipeline.staging import Staged
+
+log = logging.getLogger("t")
+folder = {str(tmp_path / "step")!r}
+import pathlib
+folder = pathlib.Path(folder)
+
+def compute():
+    return Staged(tables={{}}), {{"rows": 0}}
+
+reuse_or_compute(log, folder, compute)  # computes, but import_early was never switched on
+assert suites._IMPORTING is None and "great_expectations" not in sys.modules
+suites.import_early(True)
+reuse_or_compute(log, folder, compute)  # reuses its record: nothing to validate, nothing started
+assert suites._IMPORTING is None
+reuse_or_compute(log, pathlib.Path(str(folder) + "2"), compute)  # computes: the import starts
+started = suites._IMPORTING
+assert started is not None and suites.import_in_background() is started
+reuse_or_compute(log, pathlib.Path(str(folder) + "3"), compute)
+assert suites._IMPORTING is started  # once per process
+started.join(120)
+assert "great_expectations" in sys.modules and "checks.gx_columns" in sys.modules
+print("ok")
+"""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

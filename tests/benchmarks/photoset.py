@@ -131,7 +131,9 @@ def skimage_wheel() -> tuple[Path | None, str]:
     why = "no pip found"
     python3 = shutil.which("python3")
     peer = Path(__file__).resolve().parents[2] / ".bench-venv" / "bin" / "python"  # bench_hashing.peer_python's
-    pythons = [sys.executable] + ([python3] if python3 else []) + ([str(peer)] if peer.exists() else [])
+    base = Path(sys.base_prefix) / "bin" / "python3"  # the interpreter a venv without pip (uv's) was made from
+    pythons = ([sys.executable] + ([python3] if python3 else []) + ([str(base)] if base.exists() else [])
+               + ([str(peer)] if peer.exists() else []))
     for python in dict.fromkeys(pythons):
         why = _run([python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(wheels),
                     SKIMAGE], wheels)
