@@ -245,7 +245,6 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 
 _IMPORT_LOCK = threading.Lock()
 _IMPORTING: threading.Thread | None = None
-_EARLY = False  # import_early() starts the import (set by a run whose steps share one process)
 
 
 def import_in_background() -> threading.Thread:
@@ -268,19 +267,6 @@ def import_in_background() -> threading.Thread:
             _IMPORTING = threading.Thread(target=load, name="import great_expectations", daemon=True)
             _IMPORTING.start()
         return _IMPORTING
-
-
-def import_early(enable: bool | None = None) -> None:
-    """`import_early(True)`: this process runs a whole job, so a step that computes anything (a
-    new release follows, which GX validates) starts GX's import then (`import_early()`), and the
-    seconds it takes overlap the steps between (hashing in worker processes, Parquet and DuckDB
-    work that lets go of the GIL) instead of the validation step. Off by default: a process that
-    runs one step (the UI's runs) would import GX for nothing."""
-    global _EARLY
-    if enable is not None:
-        _EARLY = enable
-    elif _EARLY:
-        import_in_background()
 
 
 def validate_tables(

@@ -415,9 +415,9 @@ def _run(args, state: dict) -> int:
                         state.setdefault("problem", problem)
                         lease.free_reserve()
 
-                    from checks.suites import import_early
+                    from pipeline.whole_job import set_whole_job
 
-                    import_early(True)  # every step runs in this process: GX's import can start early
+                    set_whole_job()  # every step runs in this process: later steps' work can start early
                     with _WithoutStorageNoise(sys.stderr), unwritable.watching(out_of_room):
                         result = job.execute_in_process(
                             instance=instance,

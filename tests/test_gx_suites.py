@@ -286,9 +286,10 @@ def test_unusable_docs_root_still_validates_and_says_why(release_tables, tmp_pat
 
 
 def test_gx_is_imported_early_only_in_a_whole_job_process_and_only_when_a_step_computes(tmp_path):
-    """`rewardhouse run` switches import_early on: the first step that computes (reuse_or_compute
-    with no finished record) starts GX's import on a thread, once; a step that reuses its record
-    (an unchanged rerun) starts nothing, and nor does a process that never switched it on."""
+    """`rewardhouse run` says it runs the whole job (pipeline.whole_job): the first step that
+    computes (reuse_or_compute with no finished record) starts GX's import on a thread, once; a
+    step that reuses its record (an unchanged rerun) starts nothing, and nor does a process that
+    runs one step."""
     import subprocess
     import sys
     from pathlib import Path
@@ -298,6 +299,7 @@ import logging, sys
 from assets.common import reuse_or_compute
 from checks import suites
 from pipeline.staging import Staged
+from pipeline.whole_job import set_whole_job
 
 log = logging.getLogger("t")
 folder = {str(tmp_path / "step")!r}
@@ -307,9 +309,9 @@ folder = pathlib.Path(folder)
 def compute():
     return Staged(tables={{}}), {{"rows": 0}}
 
-reuse_or_compute(log, folder, compute)  # computes, but import_early was never switched on
+reuse_or_compute(log, folder, compute)  # computes, but this process runs one step
 assert suites._IMPORTING is None and "great_expectations" not in sys.modules
-suites.import_early(True)
+set_whole_job()
 reuse_or_compute(log, folder, compute)  # reuses its record: nothing to validate, nothing started
 assert suites._IMPORTING is None
 reuse_or_compute(log, pathlib.Path(str(folder) + "2"), compute)  # computes: the import starts
