@@ -92,10 +92,10 @@ def _floor_bytes(data: bytes) -> None:
         im.load()
 
 
-def floor_file_chunk(chunk):
+def floor_file_chunk(chunk, decode=_floor_bytes):
     out = []
     for i, _, path in chunk:
-        _floor_bytes(Path(path).read_bytes())
+        decode(Path(path).read_bytes())
         out.append((i, None))
     return out
 
@@ -108,14 +108,6 @@ def _decode_for_signature(data: bytes) -> None:
     with Image.open(io.BytesIO(data)) as im:
         im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))  # what the signature needs: colour, >= 128 px a side
         im.load()
-
-
-def decode_file_chunk(chunk):
-    out = []
-    for i, _, path in chunk:
-        _decode_for_signature(Path(path).read_bytes())
-        out.append((i, None))
-    return out
 
 
 def floor_zip_chunk(chunk, limits, zip_path):
@@ -159,7 +151,8 @@ def run(which: str, folder: Path, zip_path: Path, workers: int) -> dict:
         results = hashing._run(jobs, 64, floor_file_chunk, workers, local=floor_file_chunk)
     elif which == "decode-files":
         jobs = [(i, k, str(p)) for i, (k, p) in enumerate(items)]
-        results = hashing._run(jobs, 64, decode_file_chunk, workers, local=decode_file_chunk)
+        work = partial(floor_file_chunk, decode=_decode_for_signature)
+        results = hashing._run(jobs, 64, work, workers, local=work)
     elif which == "floor-zip":
         jobs = [(i, k, name) for i, (k, name) in enumerate(entries)]
         work = partial(floor_zip_chunk, limits=limits, zip_path=str(zip_path))
