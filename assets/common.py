@@ -11,12 +11,10 @@ from typing import Callable, Optional
 import dagster as dg
 import pyarrow as pa
 
-from checks.suites import import_in_background
 from pipeline.settings import TRANSFORM_VERSION
 from pipeline.sources.base import RawSnapshot
 from pipeline.staging import RESULT_FILE, Staged, write_text_atomic
 from pipeline.stopping import stop_point
-from pipeline.whole_job import whole_job
 
 
 def staging_key(snapshot: Optional[RawSnapshot], extra: Optional[dict] = None, context=None) -> str:
@@ -126,8 +124,6 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[Staged, dict
         os.utime(folder / RESULT_FILE)  # last use, for `rewardhouse gc`
         return saved[0], saved[1], True
     stop_point()
-    if whole_job():  # something is computed: a new release follows, which GX validates; its import
-        import_in_background()  # overlaps the steps between (hashing in the pool, Parquet, DuckDB)
     value, plain = compute()
     folder.mkdir(parents=True, exist_ok=True)
     record = {"value": value.to_record(), "metadata": plain}

@@ -264,6 +264,12 @@ def import_in_background() -> threading.Thread:
 
     with _IMPORT_LOCK:
         if _IMPORTING is None:
+            # What GX imports and Dagster's storage imports lazily (an error's path reaches
+            # sqlalchemy.orm.exc) is imported here first: two threads importing one package can hand
+            # each other a partly initialised module ("partially initialized module
+            # 'sqlalchemy.orm.exc'", seen when GX was imported while steps ran)
+            import sqlalchemy.orm  # noqa: F401  (50 ms)
+
             _IMPORTING = threading.Thread(target=load, name="import great_expectations", daemon=True)
             _IMPORTING.start()
         return _IMPORTING

@@ -415,9 +415,6 @@ def _run(args, state: dict) -> int:
                         state.setdefault("problem", problem)
                         lease.free_reserve()
 
-                    from pipeline.whole_job import set_whole_job
-
-                    set_whole_job()  # every step runs in this process: later steps' work can start early
                     with _WithoutStorageNoise(sys.stderr), unwritable.watching(out_of_room):
                         result = job.execute_in_process(
                             instance=instance,

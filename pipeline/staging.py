@@ -181,10 +181,16 @@ def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch
     tables), written to a temporary name and renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.parquet")
-    with pq.ParquetWriter(tmp, schema, **parquet_options(schema)) as writer:
-        for source in sources:
-            for batch in streamed(source, batch_rows, schema.names):
-                writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
-    pa.default_memory_pool().release_unused()
-    os.replace(tmp, path)
+    try:
+        with pq.ParquetWriter(tmp, schema, **parquet_options(schema)) as writer:
+            for source in sources:
+                for batch in streamed(source, batch_rows, schema.names):
+                    writer.write_batch(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: leave no partial file, and say which one it was
+        tmp.unlink(missing_ok=True)
+        notice(named := naming(exc, path))
+        raise named from exc
+    finally:
+        pa.default_memory_pool().release_unused()
     return str(path)

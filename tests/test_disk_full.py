@@ -62,6 +62,34 @@ def test_each_shape_of_a_full_disk_is_recognised_with_its_path():
         assert find(exc) == Unwritable("No space left on device", "/d/staging/b")
 
 
+def test_a_streamed_copy_that_cannot_be_written_leaves_no_file_and_names_its_path(tmp_path, monkeypatch):
+    """staging.write_staged_stream (the parts' signatures gathered batch by batch) on a disk that
+    fills on its second batch: the OSError names the table it was writing, and neither the table
+    nor its temporary file is left behind."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline import staging
+
+    source = tmp_path / "part.parquet"
+    pq.write_table(pa.table({"image_key": [f"k{i}" for i in range(100)], "thumb": [b"x" * 64] * 100}), source)
+    written = []
+
+    class FillingWriter(pq.ParquetWriter):
+        def write_batch(self, batch, *args, **kwargs):
+            if written:
+                raise OSError(errno.ENOSPC, "Error writing bytes to file")  # as Arrow says it: no path
+            written.append(batch.num_rows)
+            return super().write_batch(batch, *args, **kwargs)
+
+    monkeypatch.setattr(staging.pq, "ParquetWriter", FillingWriter)
+    target = tmp_path / "out" / "image_hashes.parquet"
+    with pytest.raises(OSError) as caught:
+        staging.write_staged_stream(target, [str(source), str(source)], pq.read_schema(source), batch_rows=64)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert written == [64] and list((tmp_path / "out").iterdir()) == []
+
+
 # ---- a real run on a small disk -----------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import zipfile
 import dagster as dg
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from conftest import shared_mmrb2
 from pipeline.definitions import defs
@@ -115,6 +116,14 @@ def test_a_changed_task_redoes_only_its_partition_and_one_partition_publishes(tm
         assert not any(m["reused"] for m in _task_mats(first).values())
         assert instance.get_materialized_partitions(dg.AssetKey("mmrb2_task_images")) == set(PARTITION_KEYS)
         release_1 = (home / "releases" / "CURRENT").read_text().strip()
+        # mmrb2_images copies the parts' signatures batch by batch: every row of every part, once
+        staging = home / "staging"
+        (gathered,) = staging.glob("mmrb2_images/*/internal/image_hashes.parquet")
+        parts = sorted(staging.glob("mmrb2_task_images/*/*/image_hashes.parquet"))
+        assert len(parts) == len(PARTITION_KEYS) + 1  # and the zip's unreferenced entries
+        whole = pq.read_table(gathered)
+        assert whole.num_rows > 0
+        assert whole.sort_by("image_key").equals(pa.concat_tables([pq.read_table(p) for p in parts]).sort_by("image_key"))
 
         # One edit pair fewer: only the edit partition's images change. Backfilling that one
         # partition is enough for a complete release; the other tasks' work is not redone.
