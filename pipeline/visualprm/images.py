@@ -6,6 +6,7 @@ image store (`{sha256[:2]}/{sha256}.{ext}`) that exports link from; ~4 rollouts 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import time
 import zipfile
@@ -67,11 +68,12 @@ def _media_file(f: Path):
     return pf if "media" in pf.schema_arrow.names else None
 
 
-def _embedded(files: list[Path]):
-    """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch."""
-    for f in files:
-        pf = _media_file(f)
-        for batch in pf.iter_batches(batch_size=256, columns=["media"]) if pf else ():
+def _embedded(units: list[tuple[str, int]]):
+    """Yield (key, bytes) for each embedded image of the (shard, row group) units
+    (`_embedded_row_groups`), streaming the `media` column batch by batch."""
+    for file, group in itertools.groupby(units, key=lambda u: u[0]):
+        pf = streaming_parquet(Path(file))
+        for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[rg for _, rg in group]):
             yield from _media_items(batch)
 
 
@@ -79,12 +81,10 @@ def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) 
     """One row group's embedded images, read, checked, hashed and stored where it runs (a Ray
     task: it reads its own bytes and returns rows and hashes, never images)."""
     store, seen, out = ImageStore(Path(store_root)), set(), []
-    pf = streaming_parquet(Path(file))
-    for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[row_group]):
-        for key, blob in _media_items(batch):
-            if key not in seen:
-                seen.add(key)
-                out.append((key, *_row(key, "embedded", blob, None, store, max_pixels)))
+    for key, blob in _embedded([(file, row_group)]):
+        if key not in seen:
+            seen.add(key)
+            out.append((key, *_row(key, "embedded", blob, None, store, max_pixels)))
     return out
 
 
@@ -451,14 +451,6 @@ EMBEDDED_POOL_BYTES = 8 << 20  # less embedded data than this (a few hundred sma
 EMBEDDED_WINDOW_BYTES = 64 << 20  # embedded bytes held at once: read ahead, then hashed over the pool
 
 
-def _embedded(files: list[Path]):
-    """Yield (key, bytes) for each embedded image, streaming the `media` column batch by batch."""
-    for f in files:
-        pf = _media_file(f)
-        for batch in pf.iter_batches(batch_size=256, columns=["media"]) if pf else ():
-            yield from _media_items(batch)
-
-
 def _embedded_chunk(chunk: list[tuple[int, str, bytes]], store_root: str,
                     max_pixels: int) -> list[tuple[int, tuple[dict, HashedImage | None]]]:
     """(position, key, bytes) items checked, hashed and stored where this runs."""
@@ -469,7 +461,7 @@ def _embedded_chunk(chunk: list[tuple[int, str, bytes]], store_root: str,
 def _read_embedded(parquet_files: list[Path], store: ImageStore, max_pixels: int,
                    workers: int | None = None) -> list[tuple[str, dict, HashedImage | None]]:
     """The shards' embedded images, the first occurrence of each key in shard order, checked,
-    hashed and stored. They are read here in windows of EMBEDDED_WINDOW_BYTES (memory holds one
+    hashed and stored (only the row groups whose footers say they hold embedded bytes are read). They are read here in windows of EMBEDDED_WINDOW_BYTES (memory holds one
     window, never the shards), each window hashed over hashing's process pool (EMBEDDED_CHUNK
     images per task, one pool for all windows) when the shards' footers say they hold
     EMBEDDED_POOL_BYTES or more, else here. Decoding holds the GIL in parts, so threads did not
@@ -478,8 +470,9 @@ def _read_embedded(parquet_files: list[Path], store: ImageStore, max_pixels: int
 
     from pipeline.dedupe.hashing import _process_pool, _run, default_workers
 
+    units, size = _embedded_row_groups(parquet_files)  # the footers, read once
     if workers is None:
-        workers = default_workers() if _embedded_row_groups(parquet_files)[1] >= EMBEDDED_POOL_BYTES else 1
+        workers = default_workers() if size >= EMBEDDED_POOL_BYTES else 1
     work = partial(_embedded_chunk, store_root=str(store.root), max_pixels=max_pixels)
     pool = _process_pool(workers) if workers > 1 else None
     out: list[tuple[str, dict, HashedImage | None]] = []
@@ -494,7 +487,7 @@ def _read_embedded(parquet_files: list[Path], store: ImageStore, max_pixels: int
     taken: set[str] = set()
     held = 0
     try:
-        for key, data in _embedded(parquet_files):
+        for key, data in _embedded(units):
             if key in taken:
                 continue
             taken.add(key)
