@@ -145,9 +145,9 @@ def _clip8(v):
 
 @njit(**_JIT)
 def transposed(x):
-    """x (uint8) transposed, as float64: the horizontal passes read its rows (in 16 x 16 blocks)."""
+    """x (uint8) transposed: the horizontal passes read its rows (in 16 x 16 blocks)."""
     r, c = x.shape
-    out = np.empty((c, r))
+    out = np.empty((c, r), np.uint8)
     for i0 in range(0, r, 16):
         for j0 in range(0, c, 16):
             for i in range(i0, min(i0 + 16, r)):
@@ -158,8 +158,7 @@ def transposed(x):
 
 @njit(**_JIT)
 def resample(xt, hb, hw, vb, vw):
-    """Pillow's two-pass 8-bit resample of an image given transposed (xt: columns x rows, float64
-    integers) with horizontal taps (hb, hw) and vertical taps (vb, vw): the rows the vertical pass
+    """Pillow's two-pass 8-bit resample of an image given transposed (xt: columns x rows, uint8) with horizontal taps (hb, hw) and vertical taps (vb, vw): the rows the vertical pass
     reads are resampled horizontally first, each pass rounded and clipped to 8 bits. Both passes
     run along contiguous memory so the sums vectorise; the sums are Pillow's integers, term for
     term, exact in float64. Returns uint8 (out rows, out columns)."""
@@ -176,7 +175,7 @@ def resample(xt, hb, hw, vb, vw):
             w = float(hw[xx, k])
             src = xt[x0 + k, first:first + n]
             for yy in range(n):
-                acc[yy] += src[yy] * w
+                acc[yy] += np.float64(src[yy]) * w
         for yy in range(n):
             tmp[yy, xx] = _clip8(acc[yy])
     out = np.empty((out_h, out_w), np.uint8)
