@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_components
 from pipeline.dedupe.search import near_pairs
-from pipeline.dedupe.verify import DEFAULT_RULE, Rule, compare, second_look_refuses, sorts_after
+from pipeline.dedupe.verify import DEFAULT_RULE, Rule, Sides, compare_rows, second_look_refuses
 
 ENGINE_VERSION = "13"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
@@ -186,16 +186,14 @@ def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None
             stop()
         sl = slice(s, s + BATCH)
         regions = getattr(thumbs, "region_hashes", None)  # (nodes, 2) top, bottom: the banner test's hint
-        ta, tb = thumbs[a[sl]], thumbs[b[sl]]
-        v = compare(ta, tb,
-                    *((aspect[a[sl]], aspect[b[sl]]) if aspect is not None else (None, None)),
-                    *((chroma[a[sl]], chroma[b[sl]]) if chroma is not None else (None, None)), rule=rule,
-                    **({"regions_a": regions[a[sl]], "regions_b": regions[b[sl]]} if regions is not None else {}))
+        # the signatures are picked by row in the threads that judge them, never gathered whole
+        v = compare_rows(Sides(thumbs, a[sl], thumbs, b[sl]), rule,
+                         **({"regions_a": regions[a[sl]], "regions_b": regions[b[sl]]} if regions is not None else {}))
         ok, k = v.accepted.copy(), v.kind.copy()
         if hasattr(thumbs, "fine") and ok.any():  # the second look (fine.py) at what the first accepted
             idx = np.flatnonzero(ok)
             refused = second_look_refuses(thumbs.fine(a[sl][idx]), thumbs.fine(b[sl][idx]), v.align[idx], rule,
-                                          sorts_after(ta[idx], tb[idx]))
+                                          v.swapped[idx])
             ok[idx[refused]] = False
             k[idx[refused]] = None
         accepted[sl], kind[sl], score[sl] = ok, k, v.score

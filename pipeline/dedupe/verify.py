@@ -229,6 +229,48 @@ class Verdict:
     identity: Identity | None = None  # the residual map's figures at that alignment
     aligned: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was fitted
     fine: np.ndarray | None = None  # float (B, fine.FIGURES): the second look's figures (fine.fine_pair); NaN: not looked
+    swapped: np.ndarray | None = None  # bool (B,): judged b first (its signature sorts first; compare_rows)
+
+
+class Sides:
+    """The two signatures of each pair, picked chunk by chunk in the threads that judge them:
+    pair i is (src_a[ia[i]], src_b[ib[i]]), each (THUMB_BYTES,) uint8; `src_*` is an array of
+    signatures or anything indexed by an array of rows the same way (decisions.ThumbColumn,
+    ThumbFile), so a batch of pairs is never gathered whole. `swap` (set by `order`): the pairs
+    judged the other way round."""
+
+    def __init__(self, src_a, ia: np.ndarray, src_b, ib: np.ndarray):
+        self.src_a, self.ia, self.src_b, self.ib = src_a, np.asarray(ia), src_b, np.asarray(ib)
+        self.swap: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ia)
+
+    def pick(self, rows: np.ndarray, reverse: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The signatures of pairs `rows` ((k, THUMB_BYTES) each) in the order they are judged;
+        `reverse`: b's first."""
+        x = np.asarray(self.src_a[self.ia[rows]], np.uint8).reshape(-1, THUMB_BYTES)
+        y = np.asarray(self.src_b[self.ib[rows]], np.uint8).reshape(-1, THUMB_BYTES)
+        if self.swap is not None:
+            s = self.swap[rows]
+            if s.any():
+                x, y = np.where(s[:, None], y, x), np.where(s[:, None], x, y)
+        return (y, x) if reverse else (x, y)
+
+    def order(self) -> np.ndarray:
+        """Sets and returns `swap`: the pairs whose a's signature sorts after b's (sorts_after),
+        read chunk by chunk on the threads."""
+        n = len(self)
+        swap = np.zeros(n, bool)
+
+        def read(s: int) -> None:
+            x, y = self.pick(np.arange(s, min(s + CHUNK * 4, n)))
+            swap[s:s + CHUNK * 4] = sorts_after(x, y)
+
+        starts = range(0, n, CHUNK * 4)
+        list(_threads().map(read, starts)) if len(starts) > 1 else [read(s) for s in starts]
+        self.swap = swap
+        return swap
 
 
 def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, aspect_b: np.ndarray | None = None,
@@ -246,27 +288,33 @@ def compare(a: np.ndarray, b: np.ndarray, aspect_a: np.ndarray | None = None, as
     without them they are computed from the signatures."""
     a = np.asarray(a, np.uint8).reshape(-1, THUMB_BYTES)
     b = np.asarray(b, np.uint8).reshape(-1, THUMB_BYTES)
-    n = a.shape[0]
-    kind = np.full(n, None, dtype=object)
-    align = np.tile(np.array(WHOLE, np.float32), (n, 1))
+    rows = np.arange(a.shape[0])
+    return compare_rows(Sides(a, rows, b, rows), rule, fine_a, fine_b, regions_a, regions_b)
+
+
+def compare_rows(sides: Sides, rule: Rule = DEFAULT_RULE, fine_a: list | None = None, fine_b: list | None = None,
+                 regions_a: np.ndarray | None = None, regions_b: np.ndarray | None = None) -> Verdict:
+    """compare() of the pairs `sides` picks (the engine's: rows of its signature column, never
+    gathered whole); the Verdict's `swapped` says which pairs were judged b first."""
+    n = len(sides)
     if n == 0:
         z = np.zeros(0, np.float32)
-        return Verdict(np.zeros(0, bool), kind, z, z, align, _empty(0), np.zeros(0, bool))
+        return Verdict(np.zeros(0, bool), np.full(0, None, dtype=object), z, z,
+                       np.zeros((0, 8), np.float32), _empty(0), np.zeros(0, bool), swapped=np.zeros(0, bool))
     # The alignment is fitted one way (where b's frame lies in a's), so each pair is judged in one
     # order whichever order it comes in: the signature that sorts first is a. The alignment is
     # handed back in the caller's order.
-    swap = sorts_after(a, b)
+    swap = sides.order()
     if swap.any():
-        a, b = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
         if fine_a is not None and fine_b is not None:
             fine_a, fine_b = ([y if w else x for x, y, w in zip(fine_a, fine_b, swap)],
                               [x if w else y for x, y, w in zip(fine_a, fine_b, swap)])
         if regions_a is not None and regions_b is not None:
             regions_a, regions_b = (np.where(swap[:, None], regions_b, regions_a),
                                     np.where(swap[:, None], regions_a, regions_b))
-    verdict = _compare(a, b, rule, fine_a, fine_b, regions_a, regions_b)
+    verdict = _compare(sides, rule, fine_a, fine_b, regions_a, regions_b)
     verdict.align[swap] = verdict.align[swap][:, [4, 5, 6, 7, 0, 1, 2, 3]]
-    return verdict
+    return replace(verdict, swapped=swap)
 
 
 def sorts_after(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -277,14 +325,14 @@ def sorts_after(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return differ[rows, first] & (a[rows, first] > b[rows, first])
 
 
-def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine_b: list | None,
+def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
              regions_a: np.ndarray | None, regions_b: np.ndarray | None) -> Verdict:
     """compare() of pairs in the order they are judged in."""
-    n = a.shape[0]
+    n = len(sides)
     kind = np.full(n, None, dtype=object)
     align = np.tile(np.array(WHOLE, np.float32), (n, 1))
-    # pairs are picked from a and b by row inside each chunk's thread (no copy of the whole batch)
-    figures = _cascade(a, b, align, rule, np.arange(n))
+    # pairs are picked by row inside each chunk's thread (no copy of the whole batch)
+    figures = _cascade(sides, align, rule, np.arange(n))
     aligned = np.zeros(n, bool)
     todo = np.flatnonzero(~figures.accepted)
     # The fit runs one way (b's frame in a's) and may hold only one way: both are tried, the
@@ -292,19 +340,19 @@ def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine
     for way in (0, 1):
         if not todo.size:
             break
-        found, ok = _aligned(a, b, todo) if way == 0 else _aligned(b, a, todo)
+        found, ok = _aligned(sides, todo, reverse=way == 1)
         if way == 1:
             found = found[:, [4, 5, 6, 7, 0, 1, 2, 3]]
         # An alignment is judged with at least the half-pixel envelope (a resampled thumbnail is
         # smoother than one made at its size): under a stricter rule, only a crop of MIN_CROP or more
         # is judged, so that a sub-pixel move cannot loosen the whole frame's verdict.
         moved = np.abs(found - np.array(WHOLE, np.float32)).max(axis=1) > MOVED
-        cropped = np.array([_crop_of(al) for al in found]) >= MIN_CROP
+        cropped = _crops_of(found) >= MIN_CROP
         sel = ok & moved & (cropped | (rule.shift >= 0.5))
         aligned[todo[ok]] = True
         if sel.any():
             idx = todo[sel]
-            again = _cascade(a, b, found[sel], rule, idx)
+            again = _cascade(sides, found[sel], rule, idx)
             # the alignment stands when it is accepted there, or shows more of the content the same
             better = again.accepted | (again.score > figures.score[idx])
             pos = idx[better]
@@ -312,9 +360,9 @@ def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine
             for f in Identity.__dataclass_fields__:
                 getattr(figures, f)[pos] = getattr(again, f)[better]
         todo = todo[~figures.accepted[todo]]
-    _banners(a, b, figures, align, rule, regions_a, regions_b)
+    _banners(sides, figures, align, rule, regions_a, regions_b)
     accepted = figures.accepted
-    crop = np.array([_crop_of(al) for al in align], np.float32)
+    crop = _crops_of(align).astype(np.float32)
     # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
     region = figures.region & (figures.differing >= MIN_OVERLAY)
     kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
@@ -329,11 +377,19 @@ def _compare(a: np.ndarray, b: np.ndarray, rule: Rule, fine_a: list | None, fine
     return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine)
 
 
+def _crops_of(aligns: np.ndarray) -> np.ndarray:
+    """_crop_of of each alignment (rows of 8), as float64."""
+    al = np.asarray(aligns, np.float64).reshape(-1, 8)
+    if al.shape[0] == 0:
+        return np.zeros(0)
+    return np.maximum(np.concatenate([al[:, 0::2], 1 - al[:, 1::2]], axis=1).max(axis=1), 0.0)
+
+
 BANNER_HINT = 8  # bits: the top (bottom) 75 % region hashes this close say what a bottom (top) banner left alone
 BANNER_FILL = 0.5  # a banner hides the picture: at least this share of its strip differs
 
 
-def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray, rule: Rule,
+def _banners(sides: Sides, figures: Identity, align: np.ndarray, rule: Rule,
              regions_a: np.ndarray | None = None, regions_b: np.ndarray | None = None) -> None:
     """Step 3's last chance for a refused pair whose top (bottom) 75 % hashes close to the other's
     (the candidate search's region routes) at the whole frame: a full-width banner over its bottom
@@ -349,8 +405,8 @@ def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray,
     if todo.size == 0:
         return
     if regions_a is None or regions_b is None:
-        regions_a, regions_b = (np.array([region_hashes(t)[1:] for t in _reduce(split_signature(x[todo])[0])], np.int64)
-                                .reshape(-1, 2) for x in (a, b))
+        regions_a, regions_b = (np.array([region_hashes(t)[1:] for t in _reduce(split_signature(x)[0])], np.int64)
+                                .reshape(-1, 2) for x in sides.pick(todo))
     else:
         regions_a, regions_b = np.asarray(regions_a, np.int64)[todo], np.asarray(regions_b, np.int64)[todo]
     d_top = _bits(regions_a[:, 0] ^ regions_b[:, 0])
@@ -364,7 +420,8 @@ def _banners(a: np.ndarray, b: np.ndarray, figures: Identity, align: np.ndarray,
     rows, picked = todo[sel], edges[sel].astype(np.int64)
 
     def test(s: int) -> None:  # a chunk per thread (the kernel lets go of the GIL)
-        la, lb = split_signature(a[rows[s:s + CHUNK]])[0], split_signature(b[rows[s:s + CHUNK]])[0]
+        x, y = sides.pick(rows[s:s + CHUNK])
+        la, lb = split_signature(x)[0], split_signature(y)[0]
         kernels.banner_pairs(la, lb, picked[s:s + CHUNK], rule.luma_tol, rule.contrast_full, rule.stray_max,
                              res[s:s + CHUNK])
 
@@ -390,16 +447,16 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
 
 
-def _aligned(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted alignment of each pair (a[rows[i]], b[rows[i]]) (kernels.align_pair), and
-    whether the fit held."""
+def _aligned(sides: Sides, rows: np.ndarray, reverse: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The fitted alignment of each pair `rows` (kernels.align_pair: where b's frame lies in a's;
+    `reverse`: a's in b's), and whether the fit held."""
     from pipeline.dedupe import kernels
     out = np.tile(np.array(WHOLE, np.float64), (len(rows), 1))
     ok = np.zeros(len(rows), bool)
 
     def fit(s: int) -> None:  # a chunk's luma is picked and split off in its own thread
-        r = rows[s:s + CHUNK]
-        la, lb = split_signature(a[r])[0], split_signature(b[r])[0]
+        x, y = sides.pick(rows[s:s + CHUNK], reverse)
+        la, lb = split_signature(x)[0], split_signature(y)[0]
         kernels.align_pairs(la, lb, out[s:s + CHUNK], ok[s:s + CHUNK])
 
     starts = range(0, len(rows), CHUNK)
@@ -419,23 +476,27 @@ def _threads() -> ThreadPoolExecutor:
     return _POOL_THREADS
 
 
-def _in_chunks(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, side: int, rows: np.ndarray) -> Identity:
-    """`identity` of the pairs (a[rows[i]], b[rows[i]]) at aligns[i], CHUNK pairs per thread."""
+def _in_chunks(sides: Sides | np.ndarray, b: np.ndarray | None, aligns: np.ndarray, rule: Rule, side: int,
+               rows: np.ndarray) -> Identity:
+    """`identity` of the pairs `rows` (of `sides`, or of the arrays sides=a and b) at aligns[i],
+    CHUNK pairs per thread."""
+    if not isinstance(sides, Sides):
+        sides = Sides(sides, np.arange(len(sides)), b, np.arange(len(b)))
     starts = range(0, len(rows), CHUNK)
-    judge = lambda s: identity(a[rows[s:s + CHUNK]], b[rows[s:s + CHUNK]], aligns[s:s + CHUNK], rule, side)  # noqa: E731
+    judge = lambda s: identity(*sides.pick(rows[s:s + CHUNK]), aligns[s:s + CHUNK], rule, side)  # noqa: E731
     parts = list(_threads().map(judge, starts)) if len(starts) > 1 else [judge(0)]
     return Identity(*(np.concatenate([getattr(p, f) for p in parts]) for f in Identity.__dataclass_fields__))
 
 
-def _cascade(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule, rows: np.ndarray) -> Identity:
+def _cascade(sides: Sides, aligns: np.ndarray, rule: Rule, rows: np.ndarray) -> Identity:
     """`identity` at 64 px first (a quarter of the pixels); what it accepts is judged again at
     128 px, where the words of a page and the ticks of a chart show. A pair refused at 64 px keeps
     that verdict (what differs there differs at 128 px too)."""
-    first = _in_chunks(a, b, aligns, rule, SIDE, rows)
+    first = _in_chunks(sides, None, aligns, rule, SIDE, rows)
     again = np.flatnonzero(first.accepted)
     if again.size == 0:
         return first
-    second = _in_chunks(a, b, aligns[again], rule, DETAIL_SIDE, rows[again])
+    second = _in_chunks(sides, None, aligns[again], rule, DETAIL_SIDE, rows[again])
     out = {f: getattr(first, f).copy() for f in Identity.__dataclass_fields__}
     for f in Identity.__dataclass_fields__:
         out[f][again] = getattr(second, f)
