@@ -1,5 +1,6 @@
 """VisualPRM image inventory: embedded bytes, folder and zip resolution, hostile references."""
 
+import hashlib
 import io
 import zipfile
 
@@ -87,6 +88,33 @@ def test_embedded_keys_name_paths_and_hash_only_unnamed_bytes(tmp_path):
         "sha256:2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6",  # sha256(b"c")
         "sha256:18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4",  # sha256(b"d")
     }
+
+
+def test_embedded_keys_read_only_the_row_groups_that_hold_bytes(tmp_path, monkeypatch):
+    """Row groups of path references only (nine in ten upstream) are skipped from their footers;
+    the keys are those of the groups that hold bytes, whichever group they sit in."""
+    from pipeline.visualprm import images
+    rows = [[{"bytes": None, "path": "x/p0.jpg"}], [{"bytes": b"a", "path": "x/a.jpg"}],
+            [{"bytes": None, "path": "x/p1.jpg"}], [{"bytes": b"c", "path": None}], [{"bytes": None, "path": "x/p2.jpg"}]]
+    path = tmp_path / "train-0.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(len(rows))], "messages": ["[]"] * len(rows),
+                              "media": pa.array(rows, type=MEDIA)}), path, row_group_size=1)
+    read: list[list[int]] = []
+    real = images.streaming_parquet
+
+    def spying(f):
+        pf = real(f)
+        original = pf.iter_batches
+
+        def iter_batches(*args, row_groups=None, **kw):
+            read.append(list(row_groups))
+            return original(*args, row_groups=row_groups, **kw)
+        pf.iter_batches = iter_batches
+        return pf
+
+    monkeypatch.setattr(images, "streaming_parquet", spying)
+    assert images.embedded_keys([path]) == {"x/a.jpg", f"sha256:{hashlib.sha256(b'c').hexdigest()}"}
+    assert sorted(g for groups in read for g in groups) == [1, 3]
 
 
 def test_many_path_references_are_read_over_the_pool_with_the_rows_of_one_process(tmp_path):

@@ -210,11 +210,13 @@ def suffix_matches(by_name: dict[str, list[tuple[tuple[str, ...], object]]], ref
 def embedded_keys(parquet_files: list[Path]) -> set[str]:
     """The keys of the images the shards carry themselves (what needs no image root), as
     `_media_items` names them: the path, read straight from Arrow, and only for an embedded image
-    without a path the sha256 of its bytes (no other image is turned into a Python object)."""
+    without a path the sha256 of its bytes (no other image is turned into a Python object). Only
+    the row groups whose footers say they hold embedded bytes are read (`_embedded_row_groups`)."""
     keys: set[str] = set()
-    for f in parquet_files:
-        pf = _media_file(f)
-        for batch in pf.iter_batches(batch_size=256, columns=["media"]) if pf else ():
+    units, _ = _embedded_row_groups(parquet_files)
+    for file, group in itertools.groupby(units, key=lambda u: u[0]):
+        pf = streaming_parquet(Path(file))
+        for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[rg for _, rg in group]):
             items = pc.list_flatten(batch.column(0))
             if len(items) == 0:
                 continue
