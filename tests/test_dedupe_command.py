@@ -58,7 +58,7 @@ def test_folder_with_copies_and_a_broken_file(tmp_path, capsys):
 
 
 def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
-    from tests.dedupe_images import bar_chart, caption, encode, photo
+    from tests.dedupe_images import bar_chart, caption, encode, photo, pie_chart
 
     d = tmp_path / "imgs"
     d.mkdir()
@@ -66,12 +66,14 @@ def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
     (d / "photo_caption.jpg").write_bytes(encode(caption(photo(5), "bottom-right"), "JPEG", 90))
     (d / "chart.png").write_bytes(encode(bar_chart([0.3, 0.8, 0.5, 0.6])))
     (d / "other.png").write_bytes(encode(bar_chart([0.7, 0.2, 0.4, 0.9])))  # same layout, other data
+    (d / "pie.png").write_bytes(encode(pie_chart([1, 2, 3, 4])))  # no alignment holds between a bar chart and a pie
 
     assert main(["dedupe", str(d), "--explain", "photo.jpg", str(d / "photo_caption.jpg")]) == 0
     out = capsys.readouterr().out
     assert "candidate search, Hamming distance per route (radius 8): phash " in out
     # The residual map's figures: the one differing region sits in the bottom-right corner.
     assert "residual map: " in out and "largest region rows " in out
+    assert "alignment: the whole frame (accepted there, no fit)" in out
     region = out.split("accepted as overlay: the same pixels but inside rows ")[1].split("\n")[0]
     (y0, y1), (x0, x1) = (map(int, part.split(" ")[-1].split("-")) for part in region.split(" of ")[0].split(", columns "))
     assert y1 == 128 and x1 == 128 and y0 >= 96 and x0 >= 64, region
@@ -80,6 +82,15 @@ def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
     assert main(["dedupe", str(d), "--explain", "chart.png", "other.png"]) == 0
     out = capsys.readouterr().out
     assert "rejected by verification" in out and out.rstrip().endswith("not duplicates")
+    # refused at the whole frame: the line says whether an alignment was fitted, never "accepted there"
+    assert "accepted there" not in out
+    assert ("alignment: fitted (refused at the whole frame)" in out
+            or "alignment: the whole frame (refused there, and no alignment fitted either way)" in out)
+
+    assert main(["dedupe", str(d), "--explain", "chart.png", "pie.png"]) == 0
+    out = capsys.readouterr().out
+    assert "alignment: the whole frame (refused there, and no alignment fitted either way)" in out, out
+    assert out.rstrip().endswith("not duplicates")
 
     assert main(["dedupe", str(d), "--explain", "chart.png", "missing.png"]) == 2
     assert "missing.png is not a file" in capsys.readouterr().err

@@ -143,6 +143,7 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
     al = e["alignment"]
     searched = ((f"fitted (refused at the whole frame): a's x {al[0]:.3f}-{al[1]:.3f}, y {al[2]:.3f}-{al[3]:.3f} "
                  f"on b's x {al[4]:.3f}-{al[5]:.3f}, y {al[6]:.3f}-{al[7]:.3f}") if e["aligned"]
+                else "the whole frame (refused there, and no alignment fitted either way)" if e["searched"]
                 else "the whole frame (accepted there, no fit)")
     lines.append(f"alignment: {searched}, {e['crop_per_side'] * 100:.1f} % off the most "
                  f"cropped side; mean grey {e['mean_grey'][0]} vs {e['mean_grey'][1]}, spread {e['std_grey'][0]} vs "

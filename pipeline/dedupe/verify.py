@@ -230,6 +230,7 @@ class Verdict:
     aligned: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was fitted
     fine: np.ndarray | None = None  # float (B, fine.FIGURES): the second look's figures (fine.fine_pair); NaN: not looked
     swapped: np.ndarray | None = None  # bool (B,): judged b first (its signature sorts first; compare_rows)
+    searched: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was searched for
 
 
 class Sides:
@@ -300,7 +301,8 @@ def compare_rows(sides: Sides, rule: Rule = DEFAULT_RULE, fine_a: list | None = 
     if n == 0:
         z = np.zeros(0, np.float32)
         return Verdict(np.zeros(0, bool), np.full(0, None, dtype=object), z, z,
-                       np.zeros((0, 8), np.float32), _empty(0), np.zeros(0, bool), swapped=np.zeros(0, bool))
+                       np.zeros((0, 8), np.float32), _empty(0), np.zeros(0, bool), swapped=np.zeros(0, bool),
+                       searched=np.zeros(0, bool))
     # The alignment is fitted one way (where b's frame lies in a's), so each pair is judged in one
     # order whichever order it comes in: the signature that sorts first is a. The alignment is
     # handed back in the caller's order.
@@ -334,7 +336,8 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
     # pairs are picked by row inside each chunk's thread (no copy of the whole batch)
     figures = _cascade(sides, align, rule, np.arange(n))
     aligned = np.zeros(n, bool)
-    todo = np.flatnonzero(~figures.accepted)
+    searched = ~figures.accepted
+    todo = np.flatnonzero(searched)
     # The fit runs one way (b's frame in a's) and may hold only one way: both are tried, the
     # second's alignment mirrored into this order (judging at an alignment is the same either way).
     for way in (0, 1):
@@ -374,7 +377,8 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
         accepted = accepted & ~_fine_refuses(fine, rule)
     kind[~accepted] = None
     crop[~accepted] = 0.0
-    return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine)
+    return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine,
+                   searched=searched)
 
 
 def _crops_of(aligns: np.ndarray) -> np.ndarray:
@@ -571,6 +575,7 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "score": round(float(v.score[0]), 4),
         "crop_per_side": round(float(_crop_of(v.align[0])), 3),
         "aligned": bool(v.aligned[0]),  # refused at the whole frame: an alignment was fitted
+        "searched": bool(v.searched[0]),  # refused at the whole frame: an alignment was searched for (fitted or not)
         "alignment": tuple(round(float(x), 4) for x in v.align[0]),
         "flat": (sa < FLAT_STD, sb < FLAT_STD),
         "mean_grey": (round(float(la.mean()), 1), round(float(lb.mean()), 1)),
