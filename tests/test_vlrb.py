@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,31 @@ def test_images_are_keyed_by_content_and_the_corrupt_one_is_quarantined(written,
     assert {h.key for h in parsed.hashed} == {k for k, r in rows.items() if r["status"] == "ok"}
     ok = next(r for r in rows.values() if r["status"] == "ok")
     assert ok["format"] in ("JPEG", "PNG") and ok["width"] >= 240 and ok["sha256"] == ok["image_key"][7:]
+
+
+def test_large_shards_are_checked_on_worker_processes_with_the_same_rows(written, parsed, monkeypatch):
+    """Past embedded.POOL_BYTES of shards the images are decoded on hashing's worker processes
+    (threads below): the pairs, images, hashes and quarantine are those of the thread pool."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from pipeline import embedded
+
+    root, _ = written
+    monkeypatch.setattr(embedded, "POOL_BYTES", 0)
+    seen_pools = []
+    original_check = embedded.check_images
+
+    def check(dataset, rows, seen, limits, pool, *args, **kw):
+        seen_pools.append(type(pool))
+        return original_check(dataset, rows, seen, limits, pool, *args, **kw)
+
+    monkeypatch.setattr("pipeline.vlrb.parse.check_images", check)
+    again = parse_vlrb([root / sample.RELPATH], ZipLimits(), root=root)
+    if (os.cpu_count() or 1) > 1:
+        assert seen_pools and all(t is ProcessPoolExecutor for t in seen_pools)
+    assert again.pairs.equals(parsed.pairs) and again.images.equals(parsed.images)
+    assert [vars(h) for h in again.hashed] == [vars(h) for h in parsed.hashed]
+    assert [vars(r) for r in again.rejected] == [vars(r) for r in parsed.rejected]
 
 
 def test_a_shard_that_cannot_be_used_is_a_file_refusal(tmp_path, written):

@@ -39,7 +39,6 @@ import ast
 import json
 import math
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -48,8 +47,8 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.contract import enforce
-from pipeline.embedded import check_images
-from pipeline.dedupe.hashing import HashedImage, default_workers
+from pipeline.embedded import check_images, image_pool
+from pipeline.dedupe.hashing import HashedImage
 from pipeline.imaging import ImageStore
 from pipeline.quarantine import FILE_STAGE, Rejection, utf8_text, whole_file_faults
 from pipeline.rlaifv.contract import SHARD, contracts
@@ -133,7 +132,7 @@ def parse_rlaifv(files: list[Path], limits: ZipLimits, quality: QualitySettings 
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
     done = 0
-    with ThreadPoolExecutor(default_workers(), thread_name_prefix="rlaifv images") as pool:
+    with image_pool(files, "rlaifv images") as pool:
         for number, path in enumerate(files):
             name = Path(path).relative_to(root).as_posix() if root else Path(path).name
             problem = SHARD.parquet_problem(path)

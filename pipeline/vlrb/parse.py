@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,8 +26,8 @@ from typing import Callable
 import pyarrow as pa
 
 from pipeline.contract import enforce
-from pipeline.embedded import check_images
-from pipeline.dedupe.hashing import HashedImage, default_workers
+from pipeline.embedded import check_images, image_pool
+from pipeline.dedupe.hashing import HashedImage
 from pipeline.quarantine import FILE_STAGE, Rejection, whole_file_faults
 from pipeline.settings import QualitySettings, ZipLimits
 from pipeline.staging import streaming_parquet
@@ -66,7 +65,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
     done = 0
-    with ThreadPoolExecutor(default_workers(), thread_name_prefix="vlrb images") as pool:
+    with image_pool(files, "vlrb images") as pool:
         for number, path in enumerate(files):
             name = Path(path).relative_to(root).as_posix() if root else Path(path).name
             problem = SHARD.parquet_problem(path)
