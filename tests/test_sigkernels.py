@@ -112,3 +112,32 @@ def test_hash_bytes_is_the_same_with_and_without_the_compiled_loops(monkeypatch)
         rows[compiled] = [hashing.hash_bytes(str(i), d) for i, d in enumerate(datas)]
     assert rows[False] == rows[True]
     assert any(r.fine for r in rows[True]) and any(r.robust_hash is not None for r in rows[True])
+
+
+def test_the_one_call_ycc_signature_equals_the_plane_by_plane_path():
+    """hashing._ycc_signature (sigkernels.ycc_signature: a colour JPEG's three planes resized,
+    read and summed in one compiled call) gives what the plane-by-plane path gives: the same
+    signature bytes, hashes, chroma means and flatness, for geometries Pillow resizes horizontally
+    first and vertically first (portrait drafts), on noise, smooth, drawn and flat images."""
+    from pipeline.dedupe.hashing import (CHROMA_SIDE, DETAIL_SIDE, _ycc_signature, is_flat, read_detail)
+
+    shapes = [(240, 320), (239, 169), (313, 210), (350, 128), (256, 192), (150, 200), (384, 512), (129, 4000 // 8)]
+    orders = set()
+    for k, (h, w) in enumerate(shapes):
+        lt = sigkernels.plane_taps(h, w, DETAIL_SIDE, DETAIL_SIDE, "lanczos")
+        ct = sigkernels.plane_taps(h, w, CHROMA_SIDE, CHROMA_SIDE, "box")
+        orders.add((lt[4], ct[4]))
+        for a in (RNG.integers(0, 256, (h, w, 3), dtype=np.uint8),
+                  np.asarray(Image.fromarray(RNG.integers(0, 256, (4, 5, 3), dtype=np.uint8)).resize((w, h), Image.BICUBIC)),
+                  np.full((h, w, 3), (200, 120, 140), np.uint8) + (np.arange(w) % 2).astype(np.uint8)[None, :, None]):
+            ycc = np.ascontiguousarray(a)
+            luma, sig, read, mean_cb, mean_cr, flat = _ycc_signature(ycc)
+            detail = sigkernels.resize(ycc[..., 0], DETAIL_SIDE, DETAIL_SIDE)
+            cb = sigkernels.resize(ycc[..., 1], CHROMA_SIDE, CHROMA_SIDE, "box")
+            cr = sigkernels.resize(ycc[..., 2], CHROMA_SIDE, CHROMA_SIDE, "box")
+            expected = np.concatenate([detail.ravel(), cb.ravel(), cr.ravel()])
+            assert np.array_equal(sig, expected), (h, w)
+            assert read == read_detail(detail), (h, w)
+            assert (mean_cb, mean_cr) == (float(cb.mean()) - 128.0, float(cr.mean()) - 128.0)
+            assert flat == is_flat(expected) and np.array_equal(luma, ycc[..., 0])
+    assert {(False, False), (True, True)} <= orders or {(False, False), (True, False)} <= orders, orders

@@ -247,17 +247,27 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
             # A JPEG's draft decode comes in few sizes: it is resized by the compiled LANCZOS
             # (sigkernels.resize: Pillow's pixels in a third of the time, once its order of passes
             # is read for the size); any other image, at full size, by Pillow.
-            if jpeg:
-                luma, cb, cr = _jpeg_draft(im, resize)
-                detail = resize(luma, DETAIL_SIDE, DETAIL_SIDE)
+            # A colour JPEG (most) is decoded as YCbCr and read in one compiled call
+            # (sigkernels.ycc_signature); the others, plane by plane, with the same bits.
+            ycc = _jpeg_ycc(im) if jpeg else None
+            fused = _ycc_signature(ycc) if ycc is not None and compiled else None
+            if fused is not None:
+                luma, sig, read, mean_cb, mean_cr, flat = fused
             else:
-                grey = _grey(im)
-                cb, cr = _chroma_planes(im)
-                detail = thumbnail(grey, DETAIL_SIDE)
-            # The draft decode is approximate already: a JPEG's pHash and dHash resize the detail
-            # (128 px) instead of the decode, which saves a pass over it; any other image's are
-            # imagehash's, from the whole decode.
-            read = read_detail(detail, with_hashes=jpeg, compiled=compiled)
+                if jpeg:
+                    luma, cb, cr = _jpeg_draft(im, resize, ycc)
+                    detail = resize(luma, DETAIL_SIDE, DETAIL_SIDE)
+                else:
+                    grey = _grey(im)
+                    cb, cr = _chroma_planes(im)
+                    detail = thumbnail(grey, DETAIL_SIDE)
+                # The draft decode is approximate already: a JPEG's pHash and dHash resize the detail
+                # (128 px) instead of the decode, which saves a pass over it; any other image's are
+                # imagehash's, from the whole decode.
+                read = read_detail(detail, with_hashes=jpeg, compiled=compiled)
+                sig = np.concatenate([detail.ravel(), cb.ravel(), cr.ravel()])
+                mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
+                flat = is_flat(sig)
             hashes = (read.phash, read.dhash) if jpeg else (phash(grey), dhash(grey))
             fine = None
             if read.background and jpeg:  # the draft may stop short of FINE_SIDE: decoded again then
@@ -265,10 +275,8 @@ def hash_bytes(key: str, data: bytes, max_pixels: int | None = None) -> HashedIm
                 fine = pack_fine(resize(luma if big else np.asarray(_jpeg_grey(data, max_pixels)), FINE_SIDE, FINE_SIDE))
             elif read.background:
                 fine = pack_fine(thumbnail(grey, FINE_SIDE))
-        sig = np.concatenate([detail.ravel(), cb.ravel(), cr.ravel()])
-        mean_cb, mean_cr = float(cb.mean()) - 128.0, float(cr.mean()) - 128.0
         return HashedImage(key, sha, *hashes, width, height, None, fmt, *read.regions, sig.tobytes(), fine, mean_cb,
-                           mean_cr, read.robust, is_flat(sig))
+                           mean_cr, read.robust, flat)
     except Exception as exc:  # Pillow raises many types for bad bytes; all mean "cannot hash"
         return HashedImage(key, sha, None, None, None, None, decode_problem(exc))
 
@@ -339,6 +347,7 @@ def warm() -> None:
     from pipeline.dedupe import sigkernels
 
     sigkernels.warm()
+    _ycc_signature(np.zeros((DETAIL_SIDE + 32, DETAIL_SIDE + 16, 3), np.uint8)[:, :DETAIL_SIDE + 8])
     read_detail(np.zeros((DETAIL_SIDE, DETAIL_SIDE), np.uint8))
     read_detail(np.arange(DETAIL_SIDE * DETAIL_SIDE, dtype=np.uint8).reshape(DETAIL_SIDE, DETAIL_SIDE), with_hashes=False)
 
@@ -389,21 +398,67 @@ def _jpeg_grey(data: bytes, max_pixels: int | None) -> Image.Image:
 _NEUTRAL = np.full((CHROMA_SIDE, CHROMA_SIDE), 128, np.uint8)
 
 
-def _jpeg_draft(im: Image.Image, resize=pillow_resize) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode a JPEG at 1/2..1/8 scale (libjpeg's DCT scaling, >= DETAIL_SIDE px a side): a colour
-    JPEG as YCbCr, whose Y is the grey and whose Cb/Cr planes are the chroma (each box-averaged to
-    CHROMA_SIDE by `resize`, as Pillow's BOX resize of the image would); any other as grey.
+def _jpeg_ycc(im: Image.Image) -> np.ndarray | None:
+    """A colour JPEG decoded at 1/2..1/8 scale (libjpeg's DCT scaling, >= DETAIL_SIDE px a side) as
+    YCbCr: its rows x columns x 3 array; None for any other JPEG (left undecoded) or one that did
+    not come out as YCbCr (decoded, in its own mode)."""
+    if im.mode != "RGB":
+        return None
+    im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))
+    im.load()
+    return np.asarray(im) if im.mode == "YCbCr" else None
+
+
+def _jpeg_draft(im: Image.Image, resize=pillow_resize, ycc: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A JPEG's planes from its draft decode (`_jpeg_ycc`, read here unless given): a colour JPEG's
+    Y is the grey and its Cb/Cr planes are the chroma (each box-averaged to CHROMA_SIDE by
+    `resize`, as Pillow's BOX resize of the image would); any other is decoded as grey.
     Returns the luma plane (uint8 rows x columns, possibly a strided view) and the chroma planes."""
-    if im.mode == "RGB":
-        im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))
-        im.load()
-        if im.mode == "YCbCr":
-            ycc = np.asarray(im)
-            return (ycc[..., 0], resize(ycc[..., 1], CHROMA_SIDE, CHROMA_SIDE, "box"),
-                    resize(ycc[..., 2], CHROMA_SIDE, CHROMA_SIDE, "box"))
+    colour = im.mode == "RGB"
+    if ycc is None and colour:
+        ycc = _jpeg_ycc(im)
+    if ycc is not None:
+        return (ycc[..., 0], resize(ycc[..., 1], CHROMA_SIDE, CHROMA_SIDE, "box"),
+                resize(ycc[..., 2], CHROMA_SIDE, CHROMA_SIDE, "box"))
+    if colour:  # decoded already, not as YCbCr
         return (np.asarray(_grey(im)), *_chroma_planes(im))
     im.draft("L", (DETAIL_SIDE, DETAIL_SIDE))
     return np.asarray(_grey(im)), _NEUTRAL, _NEUTRAL
+
+
+def _ycc_signature(ycc: np.ndarray):
+    """(luma plane, signature, DetailRead, mean Cb - 128, mean Cr - 128, flat) of a YCbCr draft
+    decode in one compiled call (sigkernels.ycc_signature), the bits of the plane-by-plane path;
+    None when a plane's geometry is resized by Pillow itself (sigkernels.plane_taps)."""
+    from pipeline.dedupe import sigkernels as sk
+
+    rows, cols = ycc.shape[:2]
+    lt = sk.plane_taps(rows, cols, DETAIL_SIDE, DETAIL_SIDE, "lanczos")
+    ct = sk.plane_taps(rows, cols, CHROMA_SIDE, CHROMA_SIDE, "box")
+    if lt is None or ct is None:
+        return None
+    out = np.zeros(8, np.int64)
+    sig = np.empty(THUMB_BYTES, np.uint8)
+    sums = np.zeros(4, np.int64)
+    sk.ycc_signature(ycc, *lt, *ct, *_detail_taps(), _DCT, _region_matrices(), float(BG_TOL), BG_MIN,
+                     ROBUST_CLIP[0], ROBUST_CLIP[1], out, sig, sums)
+    background = bool(out[5])
+    read = DetailRead(int(out[0]), int(out[1]), (int(out[2]), int(out[3]), int(out[4])), background,
+                      None if background else int(out[6]))
+    n = CHROMA_SIDE * CHROMA_SIDE
+    return (ycc[..., 0], sig, read, float(sums[0]) / n - 128.0, float(sums[1]) / n - 128.0,
+            _flat_from_sums(int(sums[2]), int(sums[3]), sig))
+
+
+def _flat_from_sums(s1: int, s2: int, sig: np.ndarray) -> bool:
+    """is_flat(sig) from the luma's sum and sum of squares, exactly in integers (variance against
+    FLAT_STD squared); within a hair of the threshold, is_flat itself decides, as it always did."""
+    n = DETAIL_SIDE * DETAIL_SIDE
+    gap = n * s2 - s1 * s1 - FLAT_STD * FLAT_STD * n * n  # n^2 (variance - FLAT_STD^2)
+    if abs(gap) > n:
+        return gap < 0
+    return is_flat(sig)
 
 
 def _chroma_planes(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:

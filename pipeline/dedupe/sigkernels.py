@@ -132,15 +132,11 @@ def resize(plane: np.ndarray, width: int, height: int, kind: str = "lanczos") ->
     return _passes(plane, width, height, kind, order == "v")
 
 
-SCALE = 1.0 / (1 << PRECISION_BITS)
-
-
 @njit(**_JIT)
 def _clip8(v):
-    """Pillow's clip8 of a fixed-point sum held exactly in a float64 (every term is an integer
-    below 2^31): the sum shifted right by PRECISION_BITS (floor), clipped to 0..255."""
-    v = np.floor(v * SCALE)
-    return 0.0 if v < 0.0 else (255.0 if v > 255.0 else v)
+    """Pillow's clip8 of a fixed-point sum (int32): shifted right by PRECISION_BITS (floor), clipped to 0..255."""
+    v = v >> PRECISION_BITS
+    return np.int32(0) if v < 0 else (np.int32(255) if v > 255 else np.int32(v))
 
 
 @njit(**_JIT)
@@ -158,24 +154,26 @@ def transposed(x):
 
 @njit(**_JIT)
 def resample(xt, hb, hw, vb, vw):
-    """Pillow's two-pass 8-bit resample of an image given transposed (xt: columns x rows, uint8) with horizontal taps (hb, hw) and vertical taps (vb, vw): the rows the vertical pass
-    reads are resampled horizontally first, each pass rounded and clipped to 8 bits. Both passes
-    run along contiguous memory so the sums vectorise; the sums are Pillow's integers, term for
-    term, exact in float64. Returns uint8 (out rows, out columns)."""
+    """Pillow's two-pass 8-bit resample of an image given transposed (xt: columns x rows, uint8) with
+    horizontal taps (hb, hw) and vertical taps (vb, vw): the rows the vertical pass reads are
+    resampled horizontally first, each pass rounded and clipped to 8 bits. Both passes run along
+    contiguous memory so the sums vectorise; the sums are Pillow's own, in 32-bit integers term for
+    term (ImagingResample*_8bpc: `ss += in * k` from 1 << (PRECISION_BITS - 1), then clip8 of
+    ss >> PRECISION_BITS). Returns uint8 (out rows, out columns)."""
     out_w, out_h = hb.shape[0], vb.shape[0]
     first = vb[0, 0]
     n = vb[out_h - 1, 0] + vb[out_h - 1, 1] - first
-    half = float(1 << (PRECISION_BITS - 1))
-    acc = np.empty(max(n, out_w))
-    tmp = np.empty((n, out_w))
+    half = np.int32(1 << (PRECISION_BITS - 1))
+    acc = np.empty(max(n, out_w), np.int32)
+    tmp = np.empty((n, out_w), np.int32)
     for xx in range(out_w):
         acc[:n] = half
         x0 = hb[xx, 0]
         for k in range(hb[xx, 1]):
-            w = float(hw[xx, k])
+            w = np.int32(hw[xx, k])
             src = xt[x0 + k, first:first + n]
             for yy in range(n):
-                acc[yy] += np.float64(src[yy]) * w
+                acc[yy] += np.int32(src[yy]) * w
         for yy in range(n):
             tmp[yy, xx] = _clip8(acc[yy])
     out = np.empty((out_h, out_w), np.uint8)
@@ -183,7 +181,7 @@ def resample(xt, hb, hw, vb, vw):
         acc[:out_w] = half
         y0 = vb[yy, 0] - first
         for k in range(vb[yy, 1]):
-            w = float(vw[yy, k])
+            w = np.int32(vw[yy, k])
             src = tmp[y0 + k]
             for xx in range(out_w):
                 acc[xx] += src[xx] * w
@@ -288,6 +286,85 @@ def signature(detail, t64, p32, d9, d8, dct, regions, with_hashes, bg_tol, bg_sh
         out[6] = _robust(detail, clip_lo, clip_hi, dct)
     return thumb
 
+
+
+@njit(**_JIT)
+def _transposed3(x):
+    """`transposed` of each channel of a rows x columns x 3 uint8 image, read in one pass (three
+    strided passes take about twice as long): (3, columns, rows)."""
+    r, c = x.shape[0], x.shape[1]
+    out = np.empty((3, c, r), np.uint8)
+    for i0 in range(0, r, 16):
+        for j0 in range(0, c, 16):
+            for i in range(i0, min(i0 + 16, r)):
+                for j in range(j0, min(j0 + 16, c)):
+                    out[0, j, i] = x[i, j, 0]
+                    out[1, j, i] = x[i, j, 1]
+                    out[2, j, i] = x[i, j, 2]
+    return out
+
+
+@njit(**_JIT)
+def _plane(plane, hb, hw, vb, vw, vertical_first):
+    """`resize`'s two passes of one uint8 plane (any strides) inside a compiled call, with the taps
+    `_passes` takes for the order (vertical first: the horizontal-first passes on the transposed plane)."""
+    if vertical_first:
+        return resample(transposed(plane.T), hb, hw, vb, vw).T.copy()
+    return resample(transposed(plane), hb, hw, vb, vw)
+
+
+@njit(**_JIT)
+def ycc_signature(ycc, lhb, lhw, lvb, lvw, l_vertical, chb, chw, cvb, cvw, c_vertical, t64, p32, d9, d8, dct,
+                  regions, bg_tol, bg_share, clip_lo, clip_hi, out, sig, sums):
+    """A colour JPEG's draft decode (rows x columns x Y, Cb, Cr, uint8) to its signature in one
+    call: the luma resized to DETAIL_SIDE (LANCZOS taps l*), Cb and Cr to CHROMA_SIDE (BOX taps c*),
+    the three written one after the other into sig (hashing.THUMB_BYTES), what `signature` reads
+    off the luma into out, and into sums: the sums of Cb, Cr, the luma and the luma squared (the
+    chroma means and the luma's spread, exact in integers)."""
+    if not (l_vertical or c_vertical):  # the usual geometry: the three planes transposed in one pass
+        xt = _transposed3(ycc)
+        detail = resample(xt[0], lhb, lhw, lvb, lvw)
+        cb = resample(xt[1], chb, chw, cvb, cvw)
+        cr = resample(xt[2], chb, chw, cvb, cvw)
+    else:
+        detail = _plane(ycc[:, :, 0], lhb, lhw, lvb, lvw, l_vertical)
+        cb = _plane(ycc[:, :, 1], chb, chw, cvb, cvw, c_vertical)
+        cr = _plane(ycc[:, :, 2], chb, chw, cvb, cvw, c_vertical)
+    signature(detail, t64, p32, d9, d8, dct, regions, True, bg_tol, bg_share, clip_lo, clip_hi, out)
+    k, sums[2], sums[3] = _put(detail, sig, 0)
+    k, sums[0], _ = _put(cb, sig, k)
+    k, sums[1], _ = _put(cr, sig, k)
+
+
+@njit(**_JIT)
+def _put(plane, sig, k):
+    """A plane written into sig from k on, row by row: (the next position, its sum, its sum of squares)."""
+    s1 = np.int64(0)
+    s2 = np.int64(0)
+    for i in range(plane.shape[0]):
+        for j in range(plane.shape[1]):
+            v = np.int64(plane[i, j])
+            sig[k] = plane[i, j]
+            s1 += v
+            s2 += v * v
+            k += 1
+    return k, s1, s2
+
+
+def plane_taps(rows: int, cols: int, width: int, height: int, kind: str = "lanczos"):
+    """(horizontal bounds, weights, vertical bounds, weights, vertical first) that `_plane` resizes a
+    rows x columns plane to width x height with, as `resize` would; None where `resize` hands the
+    plane to Pillow (more than COMPILED_MAX pixels, or a geometry no order reproduces)."""
+    if rows * cols > COMPILED_MAX:
+        return None
+    order = _order(rows, cols, width, height, kind)
+    if order == "pillow":
+        return None
+    if order == "v":  # `_passes` on the transposed plane: its rows are this plane's columns
+        h, v = taps(rows, height, kind), taps(cols, width, kind)
+    else:
+        h, v = taps(cols, width, kind), taps(rows, height, kind)
+    return h[0], h[1], v[0], v[1], order == "v"
 
 
 def warm() -> None:
