@@ -348,6 +348,7 @@ def warm() -> None:
 
     sigkernels.warm()
     _ycc_signature(np.zeros((DETAIL_SIDE + 32, DETAIL_SIDE + 16, 3), np.uint8)[:, :DETAIL_SIDE + 8])
+    _pixels(Image.new("YCbCr", (8, 8)), 3)  # its import of pyarrow, before the workers fork
     read_detail(np.zeros((DETAIL_SIDE, DETAIL_SIDE), np.uint8))
     read_detail(np.arange(DETAIL_SIDE * DETAIL_SIDE, dtype=np.uint8).reshape(DETAIL_SIDE, DETAIL_SIDE), with_hashes=False)
 
