@@ -194,3 +194,24 @@ def test_the_second_look_refuses_a_region_that_is_all_of_the_content():
     assert box[0] < rule.fine_stray and box[4] <= rule.hidden_max, box
     from pipeline.dedupe.verify import _fine_refuses
     assert _fine_refuses(res, rule).tolist() == [True, False]
+
+
+def test_both_ways_at_once_fit_what_two_one_way_calls_fit():
+    """kernels.align_pairs_both (each image smoothed once for both ways, as verify fits them) gives
+    the alignments and verdicts of align_pairs one way and then the other, number for number: on
+    crops either way round, look-alike charts, unrelated photos and a pair with nothing to fit."""
+    ims = [photo(50), crop(photo(50), 0.06), bar_chart([0.2, 0.6, 0.4]), bar_chart([0.5, 0.3, 0.8]), photo(51),
+           crop(bar_chart([0.3, 0.7, 0.5, 0.6]), 0.05), bar_chart([0.3, 0.7, 0.5, 0.6])]
+    lumas = [luma(im) for im in ims]
+    pairs = [(0, 1), (1, 0), (2, 3), (0, 4), (5, 6), (6, 5), (2, 2)]
+    la = np.stack([lumas[i] for i, _ in pairs])
+    lb = np.stack([lumas[j] for _, j in pairs])
+    whole = np.tile(np.array(WHOLE, np.float64), (len(pairs), 1))
+    out, ok, back, ok_back = whole.copy(), np.zeros(len(pairs), bool), whole.copy(), np.zeros(len(pairs), bool)
+    kernels.align_pairs_both(la, lb, out, ok, back, ok_back)
+    one, one_ok, other, other_ok = whole.copy(), np.zeros(len(pairs), bool), whole.copy(), np.zeros(len(pairs), bool)
+    kernels.align_pairs(la, lb, one, one_ok)
+    kernels.align_pairs(lb, la, other, other_ok)
+    assert np.array_equal(ok, one_ok) and np.array_equal(out, one)
+    assert np.array_equal(ok_back, other_ok) and np.array_equal(back, other)
+    assert ok[0] and ok_back[1] and not ok[6] and not ok_back[6]  # the crop is found; a pair with itself is the whole frame

@@ -1115,6 +1115,16 @@ def align_pair(la, lb, out):
     on the 64 px images. out: the alignment (8) as spans of the overlap. Returns False (out
     untouched) when the fit fails, finds the whole frame, or leaves out more than ALIGN_MAX_CROP."""
     a64, b64 = _smooth_half(la.astype(np.float32)), _smooth_half(lb.astype(np.float32))
+    p = np.zeros(6)
+    if not _profiles(a64, b64, p):
+        return False
+    return _refined(_smooth_half(a64), _smooth_half(b64), a64, b64, p, out)
+
+
+@njit(**_JIT)
+def _profiles(a64, b64, p):
+    """align_pair's first stage: p (x0, x1, y0, y1, gain, offset) from the profiles; False when the
+    fit fails or finds the whole frame (where the pair was judged already)."""
     n = a64.shape[0]
     px = np.zeros(6)
     py = np.zeros(6)
@@ -1123,8 +1133,15 @@ def align_pair(la, lb, out):
     quarter = 0.25 / n
     if max(abs(px[0]), abs(1 - px[1]), abs(py[0]), abs(1 - py[1])) < quarter:
         return False  # the profiles say: the whole frame, where the pair was judged already
-    p = np.array([px[0], px[1], py[0], py[1], 0.5 * (px[4] + py[4]), 0.5 * (px[5] + py[5])])
-    if not _fit(_smooth_half(a64), _smooth_half(b64), p, 3) or not _fit(a64, b64, p, 1):
+    p[0], p[1], p[2], p[3] = px[0], px[1], py[0], py[1]
+    p[4], p[5] = 0.5 * (px[4] + py[4]), 0.5 * (px[5] + py[5])
+    return True
+
+
+@njit(**_JIT)
+def _refined(a32, b32, a64, b64, p, out):
+    """align_pair's second stage: p refined on the 32 and 64 px images, into out as spans."""
+    if not _fit(a32, b32, p, 3) or not _fit(a64, b64, p, 1):
         return False
     if p[1] - p[0] < 0.5 or p[3] - p[2] < 0.5 or p[1] - p[0] > 2.0 or p[3] - p[2] > 2.0:
         return False
@@ -1143,6 +1160,22 @@ def align_pairs(la, lb, out, ok):
         ok[k] = align_pair(la[k], lb[k], out[k])
 
 
+@njit(**_JIT)
+def align_pairs_both(la, lb, out, ok, out_back, ok_back):
+    """align_pair both ways for each pair (b's frame in a's into out, ok; a's in b's into out_back,
+    ok_back), smoothing each image once for both: the same fits as two align_pairs calls."""
+    for k in range(la.shape[0]):
+        a64, b64 = _smooth_half(la[k].astype(np.float32)), _smooth_half(lb[k].astype(np.float32))
+        p, q = np.zeros(6), np.zeros(6)
+        fwd, back = _profiles(a64, b64, p), _profiles(b64, a64, q)
+        if fwd or back:
+            a32, b32 = _smooth_half(a64), _smooth_half(b64)
+            ok[k] = fwd and _refined(a32, b32, a64, b64, p, out[k])
+            ok_back[k] = back and _refined(b32, a32, b64, a64, q, out_back[k])
+        else:
+            ok[k] = ok_back[k] = False
+
+
 def warm() -> None:
     """Compile (or load from the cache) every entry point of this module on a tiny batch: the first
     run on a new checkout pays the compilation here, once, instead of inside a timed step (the
@@ -1157,6 +1190,8 @@ def warm() -> None:
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 11)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
+    align_pairs_both(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_),
+                     np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
 
 
 BANNER_FRACTIONS = (0.1, 0.15, 0.2, 0.25)  # heights of the strip a banner may cover, share of the side

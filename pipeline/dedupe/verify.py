@@ -247,16 +247,15 @@ class Sides:
     def __len__(self) -> int:
         return len(self.ia)
 
-    def pick(self, rows: np.ndarray, reverse: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The signatures of pairs `rows` ((k, THUMB_BYTES) each) in the order they are judged;
-        `reverse`: b's first."""
+    def pick(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The signatures of pairs `rows` ((k, THUMB_BYTES) each) in the order they are judged."""
         x = np.asarray(self.src_a[self.ia[rows]], np.uint8).reshape(-1, THUMB_BYTES)
         y = np.asarray(self.src_b[self.ib[rows]], np.uint8).reshape(-1, THUMB_BYTES)
         if self.swap is not None:
             s = self.swap[rows]
             if s.any():
                 x, y = np.where(s[:, None], y, x), np.where(s[:, None], x, y)
-        return (y, x) if reverse else (x, y)
+        return x, y
 
     def order(self) -> np.ndarray:
         """Sets and returns `swap`: the pairs whose a's signature sorts after b's (sorts_after),
@@ -340,10 +339,14 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
     todo = np.flatnonzero(searched)
     # The fit runs one way (b's frame in a's) and may hold only one way: both are tried, the
     # second's alignment mirrored into this order (judging at an alignment is the same either way).
+    # Both ways are fitted at once (each image smoothed once for both); the second is judged only
+    # for the pairs the first leaves refused.
+    fitted, searched_rows = (_aligned(sides, todo) if todo.size else None), todo
     for way in (0, 1):
         if not todo.size:
             break
-        found, ok = _aligned(sides, todo, reverse=way == 1)
+        at = np.searchsorted(searched_rows, todo)
+        found, ok = fitted[2 * way][at], fitted[2 * way + 1][at]
         if way == 1:
             found = found[:, [4, 5, 6, 7, 0, 1, 2, 3]]
         # An alignment is judged with at least the half-pixel envelope (a resampled thumbnail is
@@ -451,21 +454,23 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return np.unpackbits(v.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
 
 
-def _aligned(sides: Sides, rows: np.ndarray, reverse: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted alignment of each pair `rows` (kernels.align_pair: where b's frame lies in a's;
-    `reverse`: a's in b's), and whether the fit held."""
+def _aligned(sides: Sides, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The fitted alignments of each pair `rows` (kernels.align_pair) both ways, and whether each
+    fit held: (b's frame in a's, held, a's frame in b's, held)."""
     from pipeline.dedupe import kernels
     out = np.tile(np.array(WHOLE, np.float64), (len(rows), 1))
+    back = out.copy()
     ok = np.zeros(len(rows), bool)
+    ok_back = np.zeros(len(rows), bool)
 
     def fit(s: int) -> None:  # a chunk's luma is picked and split off in its own thread
-        x, y = sides.pick(rows[s:s + CHUNK], reverse)
+        x, y = sides.pick(rows[s:s + CHUNK])
         la, lb = split_signature(x)[0], split_signature(y)[0]
-        kernels.align_pairs(la, lb, out[s:s + CHUNK], ok[s:s + CHUNK])
+        kernels.align_pairs_both(la, lb, out[s:s + CHUNK], ok[s:s + CHUNK], back[s:s + CHUNK], ok_back[s:s + CHUNK])
 
     starts = range(0, len(rows), CHUNK)
     list(_threads().map(fit, starts)) if len(starts) > 1 else fit(0)
-    return out.astype(np.float32), ok
+    return out.astype(np.float32), ok, back.astype(np.float32), ok_back
 
 
 _POOL_THREADS: ThreadPoolExecutor | None = None
