@@ -112,11 +112,6 @@ KINDS = ("exact", "near", "crop", "overlay")
 WHOLE = (0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0)
 
 
-def _crop_of(align) -> float:
-    """How much of a frame an alignment leaves out, the largest side (fraction)."""
-    return max(align[0], 1 - align[1], align[2], 1 - align[3], align[4], 1 - align[5], align[6], 1 - align[7], 0.0)
-
-
 # ---- identity: are the aligned pixels the same, apart from one compact region? ---------------
 
 
@@ -385,7 +380,7 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
 
 
 def _crops_of(aligns: np.ndarray) -> np.ndarray:
-    """_crop_of of each alignment (rows of 8), as float64."""
+    """How much of a frame each alignment (rows of 8) leaves out, the largest side (fraction, float64)."""
     al = np.asarray(aligns, np.float64).reshape(-1, 8)
     if al.shape[0] == 0:
         return np.zeros(0)
@@ -578,7 +573,7 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "kind": v.kind[0],
         "first_look_kind": first.kind[0],
         "score": round(float(v.score[0]), 4),
-        "crop_per_side": round(float(_crop_of(v.align[0])), 3),
+        "crop_per_side": round(float(_crops_of(v.align[:1])[0]), 3),
         "aligned": bool(v.aligned[0]),  # refused at the whole frame: an alignment was fitted
         "searched": bool(v.searched[0]),  # refused at the whole frame: an alignment was searched for (fitted or not)
         "alignment": tuple(round(float(x), 4) for x in v.align[0]),

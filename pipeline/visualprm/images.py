@@ -68,13 +68,17 @@ def _media_file(f: Path):
     return pf if "media" in pf.schema_arrow.names else None
 
 
-def _embedded(units: list[tuple[str, int]]):
-    """Yield (key, bytes) for each embedded image of the (shard, row group) units
-    (`_embedded_row_groups`), streaming the `media` column batch by batch."""
+def _media_batches(units: list[tuple[str, int]]):
+    """The `media` column of the (shard, row group) units (`_embedded_row_groups`), batch by batch."""
     for file, group in itertools.groupby(units, key=lambda u: u[0]):
         pf = streaming_parquet(Path(file))
-        for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[rg for _, rg in group]):
-            yield from _media_items(batch)
+        yield from pf.iter_batches(batch_size=256, columns=["media"], row_groups=[rg for _, rg in group])
+
+
+def _embedded(units: list[tuple[str, int]]):
+    """Yield (key, bytes) for each embedded image of the (shard, row group) units."""
+    for batch in _media_batches(units):
+        yield from _media_items(batch)
 
 
 def _embedded_unit(file: str, row_group: int, store_root: str, max_pixels: int) -> list[tuple[str, dict, HashedImage | None]]:
@@ -213,19 +217,16 @@ def embedded_keys(parquet_files: list[Path]) -> set[str]:
     without a path the sha256 of its bytes (no other image is turned into a Python object). Only
     the row groups whose footers say they hold embedded bytes are read (`_embedded_row_groups`)."""
     keys: set[str] = set()
-    units, _ = _embedded_row_groups(parquet_files)
-    for file, group in itertools.groupby(units, key=lambda u: u[0]):
-        pf = streaming_parquet(Path(file))
-        for batch in pf.iter_batches(batch_size=256, columns=["media"], row_groups=[rg for _, rg in group]):
-            items = pc.list_flatten(batch.column(0))
-            if len(items) == 0:
-                continue
-            data, paths = pc.struct_field(items, "bytes"), pc.struct_field(items, "path")
-            embedded = pc.is_valid(data)
-            named = pc.fill_null(pc.and_(pc.is_valid(paths), pc.not_equal(paths, "")), False)
-            keys.update(pc.filter(paths, pc.and_(embedded, named)).to_pylist())
-            for blob in pc.filter(data, pc.and_(embedded, pc.invert(named))).to_pylist():
-                keys.add(f"sha256:{hashlib.sha256(blob).hexdigest()}")
+    for batch in _media_batches(_embedded_row_groups(parquet_files)[0]):
+        items = pc.list_flatten(batch.column(0))
+        if len(items) == 0:
+            continue
+        data, paths = pc.struct_field(items, "bytes"), pc.struct_field(items, "path")
+        embedded = pc.is_valid(data)
+        named = pc.fill_null(pc.and_(pc.is_valid(paths), pc.not_equal(paths, "")), False)
+        keys.update(pc.filter(paths, pc.and_(embedded, named)).to_pylist())
+        for blob in pc.filter(data, pc.and_(embedded, pc.invert(named))).to_pylist():
+            keys.add(f"sha256:{hashlib.sha256(blob).hexdigest()}")
     return keys
 
 
