@@ -232,6 +232,37 @@ def test_a_watermark_is_an_overlay_when_a_band_needs_no_fill(make):
     assert not compare(x, y, rule=NO_BAND).accepted[0]
 
 
+@pytest.mark.parametrize("make, at", [
+    (lambda: geometry([(240, 40), (60, 320), (420, 300)]), (0.1, 0.45)),
+    (lambda: text_page(3), (0.4, 0.5)),
+    (lambda: pie_chart([1, 2, 3, 4]), (0.05, 0.2)),
+    (lambda: pie_chart([1, 2, 3, 4]), (0.4, 0.5)),
+])
+def test_a_watermark_over_a_plain_page_is_not_taken_for_a_block_recoloured_at_64_px(make, at):
+    """At 64 px the letters of a watermark laid over white are averaged into one flat grey block,
+    which the flat test takes for a bar grown (flat in both images); at 128 px they are letters.
+    The 64 px look leaves the flat test to the 128 px look (verify.quick_rule)."""
+    from pipeline.dedupe.verify import WHOLE, identity, quick_rule, sorts_after
+
+    im = make()
+    x, y = (np.frombuffer(hash_bytes(k, v).thumb, np.uint8)[None]
+            for k, v in (("a", encode(im)), ("b", encode(watermark(im, text="@picture_daily", at=at)))))
+    x, y = (y, x) if sorts_after(x, y)[0] else (x, y)
+    quick = identity(x, y, np.array([WHOLE]), DEFAULT_RULE, 64)
+    assert not quick.accepted[0] and quick.flat[0] > DEFAULT_RULE.flat_max, "the case: refused at 64 px as flat"
+    assert identity(x, y, np.array([WHOLE]), quick_rule(DEFAULT_RULE), 64).accepted[0]
+    v = compare(x, y)
+    assert v.kind[0] == "overlay" and v.identity.flat[0] <= DEFAULT_RULE.flat_max, v.identity
+
+
+def test_a_bar_grown_is_still_refused_as_flat_at_128_px():
+    """What quick_rule leaves to 128 px: one bar taller is one block, flat in both images there."""
+    x, y = (np.frombuffer(hash_bytes(k, encode(v)).thumb, np.uint8)[None]
+            for k, v in (("a", CHART), ("b", bar_chart([0.35, 0.8, 0.55, 0.75, 0.2]))))
+    v = compare(x, y)
+    assert v.kind[0] is None and v.identity.flat[0] > DEFAULT_RULE.flat_max, v.identity
+
+
 def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():
     original = PHOTO.resize((640, 480))
     images = {"o.png": encode(original), "crop.jpg": encode(crop(original, 0.06), "JPEG", 90),

@@ -43,7 +43,7 @@ batches the pairs over the cores.
    to half: a brightened copy that clips pale bars from 225 to 245 shrinks every difference to a
    third, and a bar present in one chart only would pass under the plain tolerance. A cell (1/16 of
    the side) differs when `cell_min` of its pixels (per 8x8) do. At 64 px first; what that
-   accepts is judged again at 128 px.
+   accepts is judged again at 128 px (the flat test below is left to 128 px: `quick_rule`).
 3. **Decision** on the differing cells (grouped when at most one cell apart):
        identical  no cell differs                                   -> near (whole frame) or crop
        overlay    the largest group's bounding box is at most `region_max` of the frame, covers
@@ -495,8 +495,9 @@ def _in_chunks(sides: Sides | np.ndarray, b: np.ndarray | None, aligns: np.ndarr
 def _cascade(sides: Sides, aligns: np.ndarray, rule: Rule, rows: np.ndarray) -> Identity:
     """`identity` at 64 px first (a quarter of the pixels); what it accepts is judged again at
     128 px, where the words of a page and the ticks of a chart show. A pair refused at 64 px keeps
-    that verdict (what differs there differs at 128 px too)."""
-    first = _in_chunks(sides, None, aligns, rule, SIDE, rows)
+    that verdict (what differs there differs at 128 px too), with one exception: the 64 px look
+    does not refuse a region for being flat in both images (`quick_rule`)."""
+    first = _in_chunks(sides, None, aligns, quick_rule(rule), SIDE, rows)
     again = np.flatnonzero(first.accepted)
     if again.size == 0:
         return first
@@ -505,6 +506,14 @@ def _cascade(sides: Sides, aligns: np.ndarray, rule: Rule, rows: np.ndarray) -> 
     for f in Identity.__dataclass_fields__:
         out[f][again] = getattr(second, f)
     return Identity(**out)
+
+
+def quick_rule(rule: Rule) -> Rule:
+    """The rule of the 64 px look: `rule` without the flat test (flat_max 1). Halving the side
+    averages a texture into one tone: the letters of a watermark over a white page, 2-3 px strokes
+    at 128 px, are a flat grey block at 64 px, which the flat test takes for a bar grown. A block
+    recoloured is flat at both sides, so the 128 px look still refuses it."""
+    return replace(rule, flat_max=1.0)
 
 
 def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
