@@ -255,12 +255,49 @@ def test_a_watermark_over_a_plain_page_is_not_taken_for_a_block_recoloured_at_64
     assert v.kind[0] == "overlay" and v.identity.flat[0] <= DEFAULT_RULE.flat_max, v.identity
 
 
-def test_a_bar_grown_is_still_refused_as_flat_at_128_px():
-    """What quick_rule leaves to 128 px: one bar taller is one block, flat in both images there."""
-    x, y = (np.frombuffer(hash_bytes(k, encode(v)).thumb, np.uint8)[None]
-            for k, v in (("a", CHART), ("b", bar_chart([0.35, 0.8, 0.55, 0.75, 0.2]))))
-    v = compare(x, y)
+def test_a_bar_grown_is_still_refused_as_flat_at_128_px_and_at_256_px():
+    """What quick_rule leaves to 128 px: one bar taller is one block, flat in both images there,
+    and still flat where the flat test is read again at 256 px (verify.fine_flats)."""
+    x, y = (hash_bytes(k, encode(v)) for k, v in (("a", CHART), ("b", bar_chart([0.35, 0.8, 0.55, 0.75, 0.2]))))
+    v = compare(*(np.frombuffer(h.thumb, np.uint8)[None] for h in (x, y)), fine_a=[x.fine], fine_b=[y.fine])
     assert v.kind[0] is None and v.identity.flat[0] > DEFAULT_RULE.flat_max, v.identity
+    from pipeline.dedupe.verify import fine_flats  # (the seam test refuses it too, so it is not read there)
+    again = fine_flats([x.fine], [y.fine], v.align, v.identity.box)
+    assert again[0, 0] > DEFAULT_RULE.flat_max, again
+
+
+def _striped_bar(period: int):
+    """The chart at 960x720 with a block of pale stripes `period` px apart laid over its first bar:
+    a texture that averages into one flat tone at 128 px (a period of about 1 px there) but is
+    resolved at 256 px (about 2.4 px), as a watermark's letters over a coloured bar are."""
+    base = CHART.resize((960, 720), Image.Resampling.LANCZOS)
+    copy = base.copy()
+    d = ImageDraw.Draw(copy)
+    for y in range(300, 380, period):
+        d.rectangle([180, y, 340, y + period // 2 - 1], fill=(120, 150, 220))
+    return base, copy
+
+
+def test_a_texture_flat_at_128_px_is_read_again_at_256_px():
+    """The 128 px look refuses the striped block by the flat test alone (a block recoloured, it
+    seems); read again at 256 px, where both images have a fine luma, it is stripes laid over the
+    bar: an overlay, in compare() and in the engine's batch path alike."""
+    from pipeline.dedupe.decisions import hashes_table
+    from pipeline.dedupe.engine import verify
+
+    base, copy = (encode(im) for im in _striped_bar(8))
+    x, y = hash_bytes("a", base), hash_bytes("b", copy)
+    thumbs = [np.frombuffer(h.thumb, np.uint8)[None] for h in (x, y)]
+    first = compare(*thumbs)
+    assert first.kind[0] is None and first.identity.flat_only[0], "the case: refused by the flat test alone"
+    assert first.identity.flat[0] > DEFAULT_RULE.flat_max
+    v = compare(*thumbs, fine_a=[x.fine], fine_b=[y.fine])
+    assert v.kind[0] == "overlay" and v.flat_fine[0, 0] <= DEFAULT_RULE.flat_max, v.flat_fine
+    rows = hashes_table("t", [x, y], {"a": len(base), "b": len(copy)})
+    accepted, kind, _ = verify(np.array([0]), np.array([1]), ThumbColumn(rows["thumb"], rows["fine"]))
+    assert accepted[0] and kind[0] == "overlay"
+    # a photo has no fine luma: the 128 px verdict stands (nothing is read again)
+    assert np.isnan(compare(*thumbs, fine_a=[None], fine_b=[y.fine]).flat_fine[0]).all()
 
 
 def test_the_crop_and_overlay_routes_find_what_the_plain_phash_misses():

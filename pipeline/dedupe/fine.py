@@ -25,6 +25,9 @@ keeps the first look's verdict) is judged again there:
    reading that does not refuse stands; when every one refuses, the pair is refused (the figures
    of the reading with the fewest stray cells are kept).
 
+The first look's flat test is also read here (`flat_pair`), for the pairs it alone refused: a
+texture that 128 px blurs into one tone is resolved at 256 px.
+
 `fine_stray` is chosen on the tuning half of tests/benchmarks/bench_dedupe_quality.py like the
 first look's parameters and reported on the held-back half.
 """
@@ -257,6 +260,53 @@ def fine_pairs(la, lb, aligns, tol, max_stray, hidden_max, fill_min, res):
         fine_pair(la[k], lb[k], aligns[k], tol, max_stray, hidden_max, fill_min, res[k])
 
 
+@njit(**_JIT)
+def flat_pair(la, lb, al, tol, box, out):
+    """The first look's flat test (kernels._flat_inside) read again at 256 px: the residual map at
+    alignment al (as the first look's: tone curve both ways, half-pixel envelope), the tight box of
+    what differs inside the region's cells `box` (y0, y1, x0, x1 of kernels.CELLS), and the share of
+    its interior flat in both images, and what is not flat around it: out = (flat, edges). Nothing
+    differing there at 256 px: (0, 0), no block recoloured."""
+    s = la.shape[0]
+    xa = K.warp(la, al[0], al[1], al[2], al[3])
+    xb = K.warp(lb, al[4], al[5], al[6], al[7])
+    alo, ahi = K.envelope(xa, 2)
+    blo, bhi = K.envelope(xb, 2)
+    d, _ = K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
+    c = s // K.CELLS
+    ty0, ty1, tx0, tx1 = s, 0, s, 0
+    for i in range(box[0] * c, box[1] * c):
+        for j in range(box[2] * c, box[3] * c):
+            if d[i, j]:
+                ty0, ty1, tx0, tx1 = min(ty0, i), max(ty1, i + 1), min(tx0, j), max(tx1, j + 1)
+    out[0], out[1] = 0.0, 0.0
+    if ty1 > ty0:
+        out[0], out[1] = K._flat_inside(xa, xb, d, ty0, ty1, tx0, tx1)
+
+
+@njit(**_JIT)
+def flat_pairs(la, lb, aligns, tol, boxes, out):
+    for k in range(la.shape[0]):
+        flat_pair(la[k], lb[k], aligns[k], tol, boxes[k], out[k])
+
+
+def flat_looks(fine_a: list, fine_b: list, aligns: np.ndarray, boxes: np.ndarray, tol: float) -> np.ndarray:
+    """(B, 2) flat_pair figures of pairs whose two fine lumas are both there (packed bytes); NaN
+    rows for the others."""
+    n = len(fine_a)
+    out = np.full((n, 2), np.nan)
+    have = [k for k in range(n) if fine_a[k] is not None and fine_b[k] is not None]
+    if not have:
+        return out
+    la = np.stack([unpack(fine_a[k]) for k in have])
+    lb = np.stack([unpack(fine_b[k]) for k in have])
+    res = np.zeros((len(have), 2))
+    flat_pairs(la, lb, np.ascontiguousarray(np.asarray(aligns, np.float64)[have]), float(tol),
+               np.ascontiguousarray(np.asarray(boxes, np.int64)[have]), res)
+    out[have] = res
+    return out
+
+
 def warm() -> None:
     """Compile (or load from the cache) fine_pairs on a tiny pair, as kernels.warm does its own."""
     la = np.zeros((1, 2 * 128, 2 * 128), np.uint8)
@@ -265,6 +315,7 @@ def warm() -> None:
     lb[0, 80:100, 80:100] = 30
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]])
     fine_pairs(la, lb, al, 12.0, 0, 0.5, 0.5, np.zeros((1, FIGURES)))
+    flat_pairs(la, lb, al, 12.0, np.array([[4, 7, 4, 7]], np.int64), np.zeros((1, 2)))
 
 
 def unpack(blob: bytes) -> np.ndarray:

@@ -160,6 +160,10 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                     f"continues best across its sides breaks on {e['seam'] * 100:.0f} % of the worst one (<= "
                     f"{r.seam_max * 100:g} % with a plain background)" if e["region"] else "")
                  + f"; score {e['score']:.4f}")
+    flat = e["flat_at_256"]
+    if flat is not None:
+        lines.append(f"flat test read again at 256 px (it alone refused at 128 px; both have a plain background): "
+                     f"its inside flat in both images {flat['flat'] * 100:.0f} % (<= {r.flat_max * 100:g} %)")
     look = e["second_look"]
     if look is not None:
         lines.append(f"second look at 256 px (both have a plain background): {look['stray_cells']} differing 8 px cells "

@@ -654,7 +654,8 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                seam_max, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
-    score, differing, box_share, hidden, fill, stray) and res_box = cell box (y0, y1, x0, x1)."""
+    score, differing, box_share, hidden, fill, stray, flat, edges, seam, refused by the flat test
+    alone) and res_box = cell box (y0, y1, x0, x1)."""
     while la.shape[0] > side:
         la, lb = reduce2(la), reduce2(lb)
     xa = warp(la, al[0], al[1], al[2], al[3])
@@ -788,10 +789,12 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
     # picture's own texture breaks anywhere: the test is for two drawn figures; a banner is put over
     # the figure, never grown, wherever the figure's own lines meet its side)
     whole = seam <= seam_max or not (drawn_a and drawn_b) or (banner and across)
-    overlay = (any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers
-               and (flat <= flat_max or edges >= edges_min or (banner and across)) and whole)
+    others = any_cell and box_share <= region_max and hidden <= hidden_max and stray <= stray_max and covers and whole
+    not_flat = flat <= flat_max or edges >= edges_min or (banner and across)
+    overlay = others and not_flat
     res_f[0] = (not any_cell) or overlay
     res_f[1] = overlay
+    res_f[11] = others and not not_flat  # refused by the flat test alone (verify.flat_looks reads it at 256 px)
     res_f[2] = min(1.0, max(0.0, 1.0 - (content_px - same_px) / max(content_px, 1)))
     res_f[3] = diff_px / (side * side)
     res_f[4], res_f[5], res_f[6], res_f[7], res_f[8], res_f[9] = box_share, hidden, fill, stray, flat, edges
@@ -803,8 +806,8 @@ def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
     flat_max, edges_min, contrast_full, band_max, banner, photo_fill, seam_max) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 16 or res_f.shape[1] != 11 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
-        raise ValueError("judge_pairs: params (16), res_f (pairs, 11) and res_box (pairs, 4) are required")
+    if params.shape[0] != 16 or res_f.shape[1] != 12 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (16), res_f (pairs, 12) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
@@ -1188,7 +1191,7 @@ def warm() -> None:
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
     params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0, 1.0, 0.35])
     for side in (64, 128):
-        judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 11)), np.zeros((1, 4), np.int64))
+        judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 12)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))
     align_pairs_both(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_),
                      np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))

@@ -71,6 +71,11 @@ batches the pairs over the cores.
                   other heights, slices of other sizes, other words), or over most of it.
    `score` is the share of the content that is the same (1 for an identical frame).
 
+   A pair refused by the flat test alone whose two images both have a plain background is read
+   again at 256 px (`fine_flats`): a watermark's letters over a coloured bar are strokes of 1-3 px
+   at 128 px, blurred into one flat block; at 256 px they are letters, and a block recoloured is
+   still flat. Where it is not flat there, the pair goes on as an overlay.
+
 4. **Second look** (fine.py): a pair accepted here whose two images both have a plain background
    (charts, pages, tables, diagrams: hashing stores their luma at 256 px, compressed) is judged
    again at 256 px, where text 2 px high at 128 px is legible: after refining the alignment and
@@ -187,6 +192,7 @@ class Identity:
     flat: np.ndarray  # float32: share of the region's interior that is flat in both images (kernels._flat_inside)
     edges: np.ndarray  # float32: the rest of that interior (edges, text), share of the frame
     seam: np.ndarray  # float32: where the image that continues best breaks across the region's worst side (kernels._seam)
+    flat_only: np.ndarray  # bool: refused by the flat test alone (read again at 256 px where both images have a fine luma)
 
 
 def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
@@ -207,11 +213,11 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
                        rule.edges_min, rule.contrast_full, rule.band_max, float(rule.banner),
                        float(rule.photo_fill), rule.seam_max], np.float64)
-    f = np.zeros((n, 11), np.float64)
+    f = np.zeros((n, 12), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
     return Identity(f[:, 0] > 0, f[:, 1] > 0, *(f[:, i].astype(np.float32) for i in (2, 3)), box,
-                    *(f[:, i].astype(np.float32) for i in (4, 5, 6, 7, 8, 9, 10)))
+                    *(f[:, i].astype(np.float32) for i in (4, 5, 6, 7, 8, 9, 10)), f[:, 11] > 0)
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,7 @@ class Verdict:
     fine: np.ndarray | None = None  # float (B, fine.FIGURES): the second look's figures (fine.fine_pair); NaN: not looked
     swapped: np.ndarray | None = None  # bool (B,): judged b first (its signature sorts first; compare_rows)
     searched: np.ndarray | None = None  # bool (B,): refused at the whole frame, an alignment was searched for
+    flat_fine: np.ndarray | None = None  # float (B, 2): the flat test read at 256 px (fine.flat_pair: flat, edges); NaN: not read
 
 
 class Sides:
@@ -296,7 +303,7 @@ def compare_rows(sides: Sides, rule: Rule = DEFAULT_RULE, fine_a: list | None = 
         z = np.zeros(0, np.float32)
         return Verdict(np.zeros(0, bool), np.full(0, None, dtype=object), z, z,
                        np.zeros((0, 8), np.float32), _empty(0), np.zeros(0, bool), swapped=np.zeros(0, bool),
-                       searched=np.zeros(0, bool))
+                       searched=np.zeros(0, bool), flat_fine=np.zeros((0, 2)))
     # The alignment is fitted one way (where b's frame lies in a's), so each pair is judged in one
     # order whichever order it comes in: the signature that sorts first is a. The alignment is
     # handed back in the caller's order.
@@ -362,11 +369,18 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
                 getattr(figures, f)[pos] = getattr(again, f)[better]
         todo = todo[~figures.accepted[todo]]
     _banners(sides, figures, align, rule, regions_a, regions_b)
+    flat_fine = np.full((n, 2), np.nan)
+    if fine_a is not None and fine_b is not None:
+        idx = np.flatnonzero(figures.flat_only & ~figures.accepted)
+        if idx.size:
+            flat_fine[idx] = fine_flats([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx],
+                                        figures.box[idx], rule)
+            ok = idx[_not_flat(flat_fine[idx], rule)]
+            figures.accepted[ok] = figures.region[ok] = True
+            figures.flat_only[ok] = False  # `flat` keeps the 128 px figure; flat_fine has the 256 px one
     accepted = figures.accepted
     crop = _crops_of(align).astype(np.float32)
-    # A region that changes almost nothing (a few cells of re-encoding noise) names no overlay.
-    region = figures.region & (figures.differing >= MIN_OVERLAY)
-    kind[:] = np.where(region, "overlay", np.where(crop >= MIN_CROP, "crop", "near")).astype(object)
+    kind[:] = kinds(figures.region, figures.differing, align)
     from pipeline.dedupe.fine import FIGURES
     fine = np.full((n, FIGURES), np.nan)
     if fine_a is not None and fine_b is not None and accepted.any():
@@ -376,7 +390,35 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
     kind[~accepted] = None
     crop[~accepted] = 0.0
     return Verdict(accepted, kind, figures.score.astype(np.float32), crop, align, figures, aligned, fine,
-                   searched=searched)
+                   searched=searched, flat_fine=flat_fine)
+
+
+def kinds(region: np.ndarray, differing: np.ndarray, aligns: np.ndarray) -> np.ndarray:
+    """The kind of accepted pairs (object array) at their alignments: an overlay where a region
+    differs, unless it changes almost nothing (a few cells of re-encoding noise, under MIN_OVERLAY
+    of the frame); else a crop (MIN_CROP or more off a side) or near."""
+    region = np.asarray(region) & (np.asarray(differing) >= MIN_OVERLAY)
+    return np.where(region, "overlay", np.where(_crops_of(aligns) >= MIN_CROP, "crop", "near")).astype(object)
+
+
+def fine_flats(fine_a: list, fine_b: list, aligns: np.ndarray, boxes: np.ndarray, rule: Rule = DEFAULT_RULE) -> np.ndarray:
+    """The flat test read again at 256 px (fine.flat_pair) for pairs the 128 px look refused by it
+    alone: (B, 2) flat, edges; NaN where either image has no fine luma (a photo). A watermark's
+    letters laid over a coloured bar are 1-3 px strokes at 128 px, blurred into one flat block
+    there; at 256 px they are letters. A bar grown or a slice turned is flat at every size."""
+    from pipeline.dedupe.fine import flat_looks
+    return flat_looks(fine_a, fine_b, aligns, boxes, rule.luma_tol)
+
+
+def _not_flat(flat_fine: np.ndarray, rule: Rule) -> np.ndarray:
+    """Which fine_flats rows pass the flat test (NaN rows do not)."""
+    with np.errstate(invalid="ignore"):
+        return (flat_fine[:, 0] <= rule.flat_max) | (flat_fine[:, 1] >= rule.edges_min)
+
+
+def flat_rescued(fine_a: list, fine_b: list, aligns: np.ndarray, boxes: np.ndarray, rule: Rule = DEFAULT_RULE) -> np.ndarray:
+    """Which of these pairs (refused by the 128 px flat test alone) pass it at 256 px."""
+    return _not_flat(fine_flats(fine_a, fine_b, aligns, boxes, rule), rule)
 
 
 def _crops_of(aligns: np.ndarray) -> np.ndarray:
@@ -561,7 +603,8 @@ def _reduce(detail: np.ndarray) -> np.ndarray:
 
 def _empty(n: int) -> Identity:
     """Figures for n pairs not judged yet (zeros)."""
-    return Identity(**{f: np.zeros((n, 4), np.int64) if f == "box" else np.zeros(n, bool if f in ("accepted", "region")
+    return Identity(**{f: np.zeros((n, 4), np.int64) if f == "box" else np.zeros(n, bool if f in ("accepted", "region",
+                                                                                                 "flat_only")
                                                                                   else np.float32)
                        for f in Identity.__dataclass_fields__})
 
@@ -604,6 +647,8 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
         "flat": round(float(f.flat[0]), 3),
         "edges": round(float(f.edges[0]), 4),
         "seam": round(float(f.seam[0]), 3),
+        "flat_at_256": (None if np.isnan(v.flat_fine[0, 0]) else
+                        {"flat": round(float(v.flat_fine[0, 0]), 3), "edges": round(float(v.flat_fine[0, 1]), 4)}),
         "second_look": (None if np.isnan(v.fine[0, 0]) else
                         {"stray_cells": int(v.fine[0, 0]), "differing_cells": int(v.fine[0, 1]),
                          "differing": round(float(v.fine[0, 2]), 4), "alignment_refined": bool(v.fine[0, 3] == 2),
