@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_components
 from pipeline.dedupe.search import near_pairs
-from pipeline.dedupe.verify import DEFAULT_RULE, Rule, Sides, compare_rows, flat_rescued, kinds, second_look_refuses
+from pipeline.dedupe.verify import DEFAULT_RULE, Rule, Sides, compare_rows
 
 ENGINE_VERSION = "13"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
@@ -186,24 +186,11 @@ def verify(a: np.ndarray, b: np.ndarray, thumbs: Thumbs, stop: Callable[[], None
             stop()
         sl = slice(s, s + BATCH)
         regions = getattr(thumbs, "region_hashes", None)  # (nodes, 2) top, bottom: the banner test's hint
-        # the signatures are picked by row in the threads that judge them, never gathered whole
+        # the signatures are picked by row in the threads that judge them, never gathered whole;
+        # the 256 px lumas only for the pairs read again there (the flat test, the second look)
         v = compare_rows(Sides(thumbs, a[sl], thumbs, b[sl]), rule,
                          **({"regions_a": regions[a[sl]], "regions_b": regions[b[sl]]} if regions is not None else {}))
-        ok, k = v.accepted.copy(), v.kind.copy()
-        if hasattr(thumbs, "fine"):  # the flat test read again at 256 px where it alone refused (verify.fine_flats)
-            idx = np.flatnonzero(v.identity.flat_only & ~ok)
-            if idx.size:
-                idx = idx[flat_rescued(thumbs.fine(a[sl][idx]), thumbs.fine(b[sl][idx]), v.align[idx],
-                                       v.identity.box[idx], rule)]
-                ok[idx] = True
-                k[idx] = kinds(np.ones(idx.size, bool), v.identity.differing[idx], v.align[idx])
-        if hasattr(thumbs, "fine") and ok.any():  # the second look (fine.py) at what the first accepted
-            idx = np.flatnonzero(ok)
-            refused = second_look_refuses(thumbs.fine(a[sl][idx]), thumbs.fine(b[sl][idx]), v.align[idx], rule,
-                                          v.swapped[idx])
-            ok[idx[refused]] = False
-            k[idx[refused]] = None
-        accepted[sl], kind[sl], score[sl] = ok, k, v.score
+        accepted[sl], kind[sl], score[sl] = v.accepted, v.kind, v.score
     return accepted, kind, score
 
 

@@ -259,6 +259,19 @@ class Sides:
                 x, y = np.where(s[:, None], y, x), np.where(s[:, None], x, y)
         return x, y
 
+    def fines(self, rows: np.ndarray) -> tuple[list, list] | None:
+        """The packed 256 px lumas (hashing.pack_fine; None for an image without) of pairs `rows`,
+        in the order they are judged; None when the sources keep none (`fine(rows)`, as
+        decisions.ThumbColumn)."""
+        if not (hasattr(self.src_a, "fine") and hasattr(self.src_b, "fine")):
+            return None
+        x, y = list(self.src_a.fine(self.ia[rows])), list(self.src_b.fine(self.ib[rows]))
+        if self.swap is not None:
+            for k, w in enumerate(self.swap[rows]):
+                if w:
+                    x[k], y[k] = y[k], x[k]
+        return x, y
+
     def order(self) -> np.ndarray:
         """Sets and returns `swap`: the pairs whose a's signature sorts after b's (sorts_after),
         read chunk by chunk on the threads."""
@@ -369,23 +382,27 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
                 getattr(figures, f)[pos] = getattr(again, f)[better]
         todo = todo[~figures.accepted[todo]]
     _banners(sides, figures, align, rule, regions_a, regions_b)
+
+    def fines(idx: np.ndarray) -> tuple[list, list] | None:  # the caller's lists, else the sources' own
+        if fine_a is not None and fine_b is not None:
+            return [fine_a[k] for k in idx], [fine_b[k] for k in idx]
+        return sides.fines(idx)
+
     flat_fine = np.full((n, 2), np.nan)
-    if fine_a is not None and fine_b is not None:
-        idx = np.flatnonzero(figures.flat_only & ~figures.accepted)
-        if idx.size:
-            flat_fine[idx] = fine_flats([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx],
-                                        figures.box[idx], rule)
-            ok = idx[_not_flat(flat_fine[idx], rule)]
-            figures.accepted[ok] = figures.region[ok] = True
-            figures.flat_only[ok] = False  # `flat` keeps the 128 px figure; flat_fine has the 256 px one
+    idx = np.flatnonzero(figures.flat_only & ~figures.accepted)
+    if idx.size and (looked := fines(idx)) is not None:
+        flat_fine[idx] = fine_flats(*looked, align[idx], figures.box[idx], rule)
+        ok = idx[_not_flat(flat_fine[idx], rule)]
+        figures.accepted[ok] = figures.region[ok] = True
+        figures.flat_only[ok] = False  # `flat` keeps the 128 px figure; flat_fine has the 256 px one
     accepted = figures.accepted
     crop = _crops_of(align).astype(np.float32)
-    kind[:] = kinds(figures.region, figures.differing, align)
+    kind[:] = _kinds(figures.region, figures.differing, align)
     from pipeline.dedupe.fine import FIGURES
     fine = np.full((n, FIGURES), np.nan)
-    if fine_a is not None and fine_b is not None and accepted.any():
-        idx = np.flatnonzero(accepted)
-        fine[idx] = _second_looks([fine_a[k] for k in idx], [fine_b[k] for k in idx], align[idx], rule)
+    idx = np.flatnonzero(accepted)
+    if idx.size and (looked := fines(idx)) is not None:
+        fine[idx] = _second_looks(*looked, align[idx], rule)
         accepted = accepted & ~_fine_refuses(fine, rule)
     kind[~accepted] = None
     crop[~accepted] = 0.0
@@ -393,7 +410,7 @@ def _compare(sides: Sides, rule: Rule, fine_a: list | None, fine_b: list | None,
                    searched=searched, flat_fine=flat_fine)
 
 
-def kinds(region: np.ndarray, differing: np.ndarray, aligns: np.ndarray) -> np.ndarray:
+def _kinds(region: np.ndarray, differing: np.ndarray, aligns: np.ndarray) -> np.ndarray:
     """The kind of accepted pairs (object array) at their alignments: an overlay where a region
     differs, unless it changes almost nothing (a few cells of re-encoding noise, under MIN_OVERLAY
     of the frame); else a crop (MIN_CROP or more off a side) or near."""
@@ -414,11 +431,6 @@ def _not_flat(flat_fine: np.ndarray, rule: Rule) -> np.ndarray:
     """Which fine_flats rows pass the flat test (NaN rows do not)."""
     with np.errstate(invalid="ignore"):
         return (flat_fine[:, 0] <= rule.flat_max) | (flat_fine[:, 1] >= rule.edges_min)
-
-
-def flat_rescued(fine_a: list, fine_b: list, aligns: np.ndarray, boxes: np.ndarray, rule: Rule = DEFAULT_RULE) -> np.ndarray:
-    """Which of these pairs (refused by the 128 px flat test alone) pass it at 256 px."""
-    return _not_flat(fine_flats(fine_a, fine_b, aligns, boxes, rule), rule)
 
 
 def _crops_of(aligns: np.ndarray) -> np.ndarray:
@@ -556,21 +568,6 @@ def quick_rule(rule: Rule) -> Rule:
     at 128 px, are a flat grey block at 64 px, which the flat test takes for a bar grown. A block
     recoloured is flat at both sides, so the 128 px look still refuses it."""
     return replace(rule, flat_max=1.0)
-
-
-def second_look_refuses(fine_a: list, fine_b: list, aligns: np.ndarray, rule: Rule = DEFAULT_RULE,
-                        swap: np.ndarray | None = None) -> np.ndarray:
-    """Which of the pairs the first look accepted at `aligns` the second look (fine.py) refuses:
-    both images have a 256 px luma and it differs in `rule.fine_stray` cells or more outside
-    the one region. `swap` (sorts_after of the pairs' signatures): the pairs compare() judged the
-    other way round, looked at in that order too."""
-    if not len(fine_a):
-        return np.zeros(0, bool)
-    if swap is not None and swap.any():
-        fine_a, fine_b = ([y if w else x for x, y, w in zip(fine_a, fine_b, swap)],
-                          [x if w else y for x, y, w in zip(fine_a, fine_b, swap)])
-        aligns = np.where(swap[:, None], np.asarray(aligns)[:, [4, 5, 6, 7, 0, 1, 2, 3]], aligns)
-    return _fine_refuses(_second_looks(fine_a, fine_b, aligns, rule), rule)
 
 
 LOOK_CHUNK = 16  # pairs per thread at a time in the second look (a figure pair costs 1-5 ms)
