@@ -89,7 +89,7 @@ def test_a_full_width_caption_bar_is_an_overlay(where, height):
         assert (x0, x1) == (0, 16) and ((y0 == 0) if where == "top" else (y1 == 16))
 
 
-@pytest.mark.parametrize("seed, where, height", [(3, "top", 0.15), (5, "bottom", 0.1)])
+@pytest.mark.parametrize("seed, where, height", [(24, "top", 0.15), (2, "top", 0.1), (5, "bottom", 0.1)])
 def test_a_banner_that_pulls_the_tone_curve_is_found_by_the_banner_test(seed, where, height, monkeypatch):
     """On these two pictures the bar pulls every curve of the residual map (the first look refuses
     them); the banner test fits the curve without the edge strip the region hashes point at."""
@@ -172,6 +172,50 @@ def test_unrelated_look_alikes_are_refused(a, b, why):
         assert kind is None, (why, kind, score)
     kind, score, _ = judge(encode(a), encode(b, "JPEG", 80))
     assert kind is None, (why, "re-encoded", kind, score)
+
+
+def _disc(ground, fill):
+    im = Image.new("RGB", (480, 360), ground)
+    ImageDraw.Draw(im).ellipse([90, 80, 230, 220], fill=fill)
+    return im
+
+
+@pytest.mark.parametrize("a, b", [
+    (((8, 80, 120), (120, 120, 120)), ((30, 60, 200), (250, 250, 250))),  # a grey disc on teal, a white one on blue
+    (((0, 120, 60), (240, 200, 0)), ((200, 30, 40), (250, 250, 250))),  # yellow on green, white on red
+])
+def test_one_layout_in_other_colours_is_refused_though_each_plane_maps_onto_the_other(a, b):
+    """Two plain areas map onto any other two by a curve per plane (luma, Cb, Cr): the colour of a
+    copy is the original's scaled about grey by one factor for both planes, so a recolouring is refused."""
+    x, y = encode(_disc(*a)), encode(_disc(*b))
+    for p, q in ((x, y), (y, x)):
+        kind, score, _ = judge(p, q)
+        assert kind is None, (a, b, kind, score)
+
+
+def _blue_picture(seed: int) -> Image.Image:
+    """A saturated blue picture (a sky, water) with objects: brightened by a quarter, its blue clips."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:360, 0:480] / 480
+    base = [rng.uniform(60, 110), rng.uniform(110, 160), rng.uniform(190, 225)]
+    a = np.stack([base[c] + 30 * np.sin(x * rng.uniform(2, 5) + rng.uniform(0, 6)) * np.cos(y * rng.uniform(2, 5))
+                  for c in range(3)], axis=2)
+    im = Image.fromarray(a.clip(0, 255).astype(np.uint8))
+    d = ImageDraw.Draw(im)
+    for _ in range(25):
+        cx, cy, r = rng.uniform(0, 480), rng.uniform(140, 360), rng.uniform(8, 40)
+        d.rectangle([cx - r, cy - r, cx + r, cy + r], fill=tuple(int(v) for v in rng.integers(0, 200, 3)))
+    return im
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_brightened_or_paler_copy_keeps_its_colours_where_a_channel_clips(seed):
+    """Brightening scales the chroma with the luma, but a channel that clips (the blue of a sky at
+    255) pulls its colour towards grey: those pixels are not read as recoloured."""
+    im = _blue_picture(seed)
+    for edit in (ImageEnhance.Brightness(im).enhance(1.25), ImageEnhance.Color(im).enhance(0.7)):
+        kind, score, _ = judge(encode(im), encode(edit, "JPEG", 90))
+        assert kind == "near", (seed, kind, score)
 
 
 def test_a_bar_grown_is_refused_by_the_seam_where_a_box_put_over_the_chart_is_not():

@@ -685,13 +685,18 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     cs = cba.shape[0]
     up = side // cs
     added = False
-    for pa, pb in ((cba, cbb), (cra, crb)):
-        ya = warp(pa, al[0], al[1], al[2], al[3])
-        yb = warp(pb, al[4], al[5], al[6], al[7])
+    wa = (warp(cba, al[0], al[1], al[2], al[3]), warp(cra, al[0], al[1], al[2], al[3]))
+    wb = (warp(cbb, al[4], al[5], al[6], al[7]), warp(crb, al[4], al[5], al[6], al[7]))
+    curve = _saturation_table(wa[0], wa[1], wb[0], wb[1], diff, up)
+    clip_a, clip_b = _clipped(xa, wa[0], wa[1], up), _clipped(xb, wb[0], wb[1], up)
+    cd = np.empty((cs, cs), np.bool_)
+    for k in range(2):
+        ya, yb = wa[k], wb[k]
         yalo, yahi = envelope(ya, quarters)
         yblo, ybhi = envelope(yb, quarters)
-        cd, n = differs(ya, yalo, yahi, yb, yblo, ybhi, chroma_tol, 0.0)  # the luma reads the contrast
+        n = _residual_map(ya, yalo, yahi, yb, yblo, ybhi, curve, chroma_tol, 0.0, cd)  # the luma reads the contrast
         if n:
+            _unclip(cd, ya, yb, curve[0], clip_a, clip_b)
             for i in range(side):
                 for j in range(side):
                     if cd[i // up, j // up] and not diff[i, j]:
@@ -700,6 +705,77 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     if added:
         _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
                 flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box)
+
+
+CLIP = 6  # levels from 0 or 255: an RGB channel there may have been clipped (its chroma pulled towards grey)
+
+
+@njit(**_JIT)
+def _clipped(x, cb, cr, up):
+    """Per chroma pixel: does one RGB channel of it (its luma the mean of x's up x up pixels) lie
+    within CLIP of 0 or 255? A brightened copy clips a bright sky's blue there, which pulls its
+    chroma towards grey more than the one factor of _saturation_table says."""
+    cs = cb.shape[0]
+    out = np.zeros((cs, cs), np.bool_)
+    for i in range(cs):
+        for j in range(cs):
+            t = 0.0
+            for y in range(i * up, (i + 1) * up):
+                for k in range(j * up, (j + 1) * up):
+                    t += x[y, k]
+            lum = t / (up * up)
+            u, v = np.float64(cb[i, j]) - 128.0, np.float64(cr[i, j]) - 128.0
+            for c in (lum + 1.402 * v, lum - 0.344136 * u - 0.714136 * v, lum + 1.772 * u):
+                if c <= CLIP or c >= 255 - CLIP:
+                    out[i, j] = True
+    return out
+
+
+@njit(**_JIT)
+def _unclip(cd, ya, yb, table, clip_a, clip_b):
+    """Leave out of a chroma plane's map `cd` the pixels where the image that shows less colour
+    than `table` says (a's value mapped, against b's) has a clipped channel there: clipping pulls
+    colour towards grey, never away from it."""
+    for i in range(cd.shape[0]):
+        for j in range(cd.shape[1]):
+            if cd[i, j]:
+                pa = abs(np.float64(table[ya[i, j]]) - 128.0)
+                pb = abs(np.float64(yb[i, j]) - 128.0)
+                if (pb < pa and clip_b[i, j]) or (pa < pb and clip_a[i, j]):
+                    cd[i, j] = False
+
+
+SATURATION = (0.5, 2.0)  # a copy's colour is the original's scaled about grey by one factor within these
+
+
+@njit(**_JIT)
+def _saturation_table(cba, cra, cbb, crb, diff, up):
+    """The chroma curve of a copy: a's Cb and Cr scaled about grey (128) by one factor (a saturation,
+    a contrast or a brightness change scales both alike), the ratio of b's to a's chroma spread over
+    the pixels whose luma does not differ (`diff` at `up` luma pixels per chroma pixel), kept within
+    SATURATION; as tone_table's (table, slope, kept). One factor for both planes: two curves of
+    their own would map any two colours onto any other two (a blue disc on teal onto a white disc
+    on blue), and a recolouring is no copy."""
+    cs = cba.shape[0]
+    sa, sb = 0.0, 0.0
+    for i in range(cs):
+        for j in range(cs):
+            same = True
+            for y in range(i * up, (i + 1) * up):
+                for x in range(j * up, (j + 1) * up):
+                    if diff[y, x]:
+                        same = False
+            if same:
+                for u, v in ((cba[i, j], cbb[i, j]), (cra[i, j], crb[i, j])):
+                    du, dv = np.float64(u) - 128.0, np.float64(v) - 128.0
+                    sa += du * du
+                    sb += dv * dv
+    f = 1.0 if sa <= 0.0 or sb <= 0.0 else min(SATURATION[1], max(SATURATION[0], np.sqrt(sb / sa)))
+    table = np.empty(256, np.int16)
+    for v in range(256):
+        t = np.rint(128.0 + f * (v - 128.0))
+        table[v] = 0 if t < 0 else (255 if t > 255 else np.int16(t))
+    return table, 1.0, 1.0
 
 
 @njit(**_JIT)

@@ -33,9 +33,12 @@ batches the pairs over the cores.
    edge can pull a curve (a caption bar hiding most of a sky: the sky's greys map to the bar's):
    when one edge's quarter differs much more densely than the rest, or is one flat colour in one
    image only, the curves are fitted again without it, and that reading stands when less differs
-   outside the strip. When both images are coloured, Cb and Cr are read the same way (each with
-   its own non-decreasing curve, so a recolouring is not one) and their differing pixels join the
-   luma's; they are read only when the luma's own map leaves the pair in doubt (a pair whose luma
+   outside the strip. When both images are coloured, Cb and Cr are read against one factor for
+   both planes, about grey (a brightness, contrast or saturation change scales a copy's colour so;
+   a curve per plane would map any two plain colours onto any other two, and a recolouring is no
+   copy), fitted on the pixels whose luma matched; where the image that shows less colour than
+   the factor says has an RGB channel at 0 or 255 (clipped), colour pulled towards grey is not a
+   difference. Their differing pixels join the luma's; they are read only when the luma's own map leaves the pair in doubt (a pair whose luma
    already differs over too large a region, too much of the content or in too many stray places
    is refused without them: colour only adds differing pixels). A pixel differs beyond `luma_tol` / `chroma_tol`; the luma's
    tolerance shrinks with the contrast the curve keeps (between the two largest areas of
