@@ -96,6 +96,32 @@ def test_explain_prints_the_comparison_of_one_pair(tmp_path, capsys):
     assert "missing.png is not a file" in capsys.readouterr().err
 
 
+def test_explain_agrees_with_the_search_on_a_picture_of_two_plain_areas(tmp_path, capsys):
+    """A two-tone picture's hashes have a few bits set; the search leaves such hashes out of every
+    route (they would match every such picture), and --explain says so rather than "duplicates"."""
+    from pipeline.dedupe.engine import DEGENERATE_BITS, popcount
+    from pipeline.dedupe.hashing import hash_files
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    im = Image.new("RGB", (480, 400), (8, 80, 120))
+    ImageDraw.Draw(im).rectangle([350, 0, 480, 400], fill=(214, 240, 226))
+    im.save(d / "two_tone.jpg", quality=90)
+    im.convert("L").convert("RGB").save(d / "two_tone_grey.jpg", quality=90)
+    for h in hash_files([(p.name, p) for p in sorted(d.iterdir())], workers=1):
+        assert max(popcount([h.phash, h.crop_hash, h.top_hash, h.bottom_hash])) < DEGENERATE_BITS, h.key
+
+    assert main(["dedupe", str(d), "--explain", "two_tone.jpg", "two_tone_grey.jpg"]) == 0
+    out = capsys.readouterr().out
+    assert "phash -, crop -, top -, bottom -, robust -" in out, out
+    assert "not a candidate: every route's hash has fewer than" in out
+    assert out.rstrip().endswith("\nnot duplicates")
+    out = tmp_path / "clusters.csv"
+    assert main(["dedupe", str(d), "--output", str(out), "--workers", "1"]) == 0
+    clusters = {r["path"]: r["cluster_id"] for r in csv.DictReader(io.StringIO(out.read_text()))}
+    assert len(clusters) == 2 and len(set(clusters.values())) == 2, clusters  # the engine: not paired either
+
+
 def test_the_command_starts_without_dagster_or_pandas(tmp_path):
     """`rewardhouse dedupe` as its own process imports neither Dagster nor pandas (0.8 s that
     pyarrow would spend on it), so a small folder is hashed at once."""

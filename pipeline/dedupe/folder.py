@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.dedupe.clusters import cluster_id
 from pipeline.dedupe.decisions import hashes_table, run_engine
-from pipeline.dedupe.engine import ROUTES, Dedupe, phash_distance
+from pipeline.dedupe.engine import DEGENERATE_BITS, ROUTES, Dedupe, phash_distance, popcount
 from pipeline.dedupe.hashing import hash_files, is_flat
 from pipeline.settings import DEFAULT_MAX_DISTANCE
 
@@ -119,23 +119,31 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
         return lines + ["same bytes (sha256): exact duplicates"], True
     ta, tb = (np.frombuffer(h.thumb, np.uint8) for h in (ha, hb))
     flat = (is_flat(ta), is_flat(tb))
+    def dist(x, y):  # None ("-"): a hash of fewer than DEGENERATE_BITS bits stays out of its route (engine._route)
+        if x is None or y is None or min(popcount(np.array([x, y]))) < DEGENERATE_BITS:
+            return None
+        return int(phash_distance(np.array([x]), np.array([y]))[0])
+
+    crops = [v for v in (dist(ha.crop_hash, hb.phash), dist(ha.phash, hb.crop_hash)) if v is not None]
     d = {
-        "phash": int(phash_distance(np.array([ha.phash]), np.array([hb.phash]))[0]),
-        "crop": int(min(phash_distance(np.array([ha.crop_hash]), np.array([hb.phash]))[0],
-                        phash_distance(np.array([ha.phash]), np.array([hb.crop_hash]))[0])),
-        "top": int(phash_distance(np.array([ha.top_hash]), np.array([hb.top_hash]))[0]),
-        "bottom": int(phash_distance(np.array([ha.bottom_hash]), np.array([hb.bottom_hash]))[0]),
+        "phash": dist(ha.phash, hb.phash),
+        "crop": min(crops) if crops else None,
+        "top": dist(ha.top_hash, hb.top_hash),
+        "bottom": dist(ha.bottom_hash, hb.bottom_hash),
         # pictures only (no plain background in either): "-" where one of them is not searched on it
-        "robust": (None if ha.robust_hash is None or hb.robust_hash is None
-                   else int(phash_distance(np.array([ha.robust_hash]), np.array([hb.robust_hash]))[0])),
+        "robust": dist(ha.robust_hash, hb.robust_hash),
     }
     lines.append("candidate search, Hamming distance per route (radius " + str(max_distance) + "): "
                  + ", ".join(f"{r} {'-' if d[r] is None else d[r]}" for r in ROUTES))
     if any(flat):
         lines.append("flat image (no structure): only identical bytes count as a duplicate")
         return lines + ["not duplicates"], False
-    candidate = min(v for v in d.values() if v is not None) <= max_distance
-    if not candidate:
+    found = [v for v in d.values() if v is not None]
+    candidate = bool(found) and min(found) <= max_distance
+    if not found:
+        lines.append(f"not a candidate: every route's hash has fewer than {DEGENERATE_BITS} bits set in one of them "
+                     "(a picture of a few plain areas: its hashes would match every such picture)")
+    elif not candidate:
         lines.append("not a candidate: no route within the radius")
     e = explain(ta, tb, ha.width / ha.height, hb.width / hb.height, (ha.chroma_cb, ha.chroma_cr), (hb.chroma_cb, hb.chroma_cr),
                 fine_a=ha.fine, fine_b=hb.fine)
