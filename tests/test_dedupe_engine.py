@@ -193,6 +193,28 @@ def test_one_layout_in_other_colours_is_refused_though_each_plane_maps_onto_the_
         assert kind is None, (a, b, kind, score)
 
 
+@pytest.mark.parametrize("a, b", [
+    ((60, 100), (70, 230)),  # a dark disc on grey; a pale one on darker grey: four times the contrast
+    ((200, 120), (215, 190)),  # a grey disc on pale grey; nearly as pale on the same: a fifth of it
+])
+def test_two_grey_tones_stretched_beyond_what_an_edit_does_are_refused(a, b):
+    """A monotone curve maps two tones onto any other two; a copy's brightness or contrast edit
+    stretches or cuts the contrast between them by less than kernels.STRETCH_MAX."""
+    x, y = encode(_disc((a[0],) * 3, (a[1],) * 3)), encode(_disc((b[0],) * 3, (b[1],) * 3))
+    for p, q in ((x, y), (y, x)):
+        kind, score, _ = judge(p, q)
+        assert kind is None, (a, b, kind, score)
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.7, 1.5, 2.0])
+def test_a_copy_with_its_contrast_changed_is_still_near(factor):
+    # (a photo's contrast raised by half clips much of it, which the luma reads as differing, with
+    # or without the stretch bound: only lowered here)
+    for im in (CHART, _disc((60, 60, 60), (140, 140, 140))) + ((PHOTO,) if factor < 1 else ()):
+        kind, score, _ = judge(encode(im), encode(ImageEnhance.Contrast(im).enhance(factor), "JPEG", 90))
+        assert kind == "near", (factor, kind, score)
+
+
 def _blue_picture(seed: int) -> Image.Image:
     """A saturated blue picture (a sky, water) with objects: brightened by a quarter, its blue clips."""
     rng = np.random.default_rng(seed)

@@ -34,12 +34,13 @@ def test_the_tone_curve_maps_a_brightness_edit_and_ignores_an_overlay():
     x = rng.integers(0, 200, (64, 64)).astype(np.uint8)
     y = np.clip(x.astype(np.int32) * 1.2 + 10, 0, 255).astype(np.uint8)
     y[:8, :8] = 255  # an overlay in a corner
-    table, slope, kept = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
+    table, slope, kept, stretch = kernels.tone_table(x, y, np.ones((64, 64), bool), False)
     assert 1.1 <= slope <= 1.3 and 1.1 <= kept <= 1.3  # the contrast the curve keeps: two largest bins, whole range
+    assert stretch in (slope, 1.0)  # the slope, unless one of the two bins ends near black or white
     for v in (20, 80, 150):
         assert abs(int(table[v]) - (v * 1.2 + 10)) <= 2
     assert all(np.diff(table.astype(np.int32)) >= 0)  # non-decreasing
-    same, one, whole = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
+    same, one, whole, _ = kernels.tone_table(x, x, np.ones((64, 64), bool), False)
     assert one == pytest.approx(1.0) and whole == pytest.approx(1.0, abs=0.05)
     # the identity between the lowest and highest bins' means (beyond them the curve is flat: clipping)
     assert all(abs(int(same[v]) - v) <= 1 for v in range(16, 190, 8))

@@ -82,7 +82,7 @@ def _matched(x, y):
     difference keeps falling."""
     s = x.shape[0]
     ones = np.ones((s, s), np.bool_)
-    table, _, _ = K.tone_table(x, y, ones, False)  # x's values onto y's
+    table = K.tone_table(x, y, ones, False)[0]  # x's values onto y's
     xf = x.astype(np.float32)
     yf = y.astype(np.float32)
     best = _mad(xf, table, yf)

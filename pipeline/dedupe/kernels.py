@@ -180,7 +180,7 @@ def tone_table(x, y, use, use_mask):
     if n == 0:
         for v in range(256):
             table[v] = v
-        return table, 1.0, 1.0
+        return table, 1.0, 1.0, 1.0
     kx[n], ky[n] = 256.0, run
     n += 1
     seg = 0
@@ -210,19 +210,25 @@ def tone_table(x, y, use, use_mask):
         if cnt2[k] >= TONE_MIN_COUNT and (first_bin < 0 or cnt2[k] > cnt2[first_bin]):
             first_bin = k
     if first_bin < 0:
-        return table, 1.0, kept
+        return table, 1.0, kept, 1.0
     fx = sx2[first_bin] / cnt2[first_bin]
     for k in range(TONE_BINS):
         if (cnt2[k] >= TONE_MIN_COUNT and abs(sx2[k] / cnt2[k] - fx) >= SLOPE_SPAN
                 and (second_bin < 0 or cnt2[k] > cnt2[second_bin])):
             second_bin = k
     if second_bin < 0:
-        return table, 1.0, kept
+        return table, 1.0, kept, 1.0
     dx = sx2[second_bin] / cnt2[second_bin] - fx
-    dy = sy2[second_bin] / cnt2[second_bin] - sy2[first_bin] / cnt2[first_bin]
-    return table, dy / dx, kept
+    y1, y2 = sy2[first_bin] / cnt2[first_bin], sy2[second_bin] / cnt2[second_bin]
+    dy = y2 - y1
+    # the same slope, unless one of the two areas ends within STRETCH_CLIP of black or white (a
+    # clipped end says nothing of how much the rest was stretched)
+    clipped = min(y1, y2) <= STRETCH_CLIP or max(y1, y2) >= 255 - STRETCH_CLIP
+    return table, dy / dx, kept, 1.0 if clipped else dy / dx
 
 
+STRETCH_MAX = 3.0  # a curve that stretches the contrast between the two largest areas more than this (or cuts it to
+STRETCH_CLIP = 8.0  # less than its inverse), neither ending within this of black or white, is no copy's edit
 SLOPE_SPAN = 24.0  # grey levels: the contrast is read between two areas at least this far apart in x
 SLOPE_MIN = 0.5  # a curve that flattens the contrast is read at a tolerance shrunk with it, down to this share
 
@@ -232,7 +238,7 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, out):
     """out[i, j]: y's pixel outside x's envelope mapped through `table` and x's mapped pixel outside
     y's envelope, the smaller of the two, beyond tol. Returns how many pixels differ."""
     s = x.shape[0]
-    table, slope, kept = curve
+    table, slope, kept, stretch = curve
     # a curve that keeps less than `full` of the contrast (tone_table's slope) shrinks every
     # difference with it, and the tolerance with it; residuals are whole levels, the tolerance
     # is rounded to one (> 12 for 12; a curve keeping 97 % of the contrast is noise, not a change)
@@ -249,7 +255,10 @@ def _residual_map(x, xlo, xhi, y, ylo, yhi, curve, tol, full, out):
             d = min(r1, r2) > t
             o[j] = d
             count += np.int32(d)
-    if full > 0.0 and min(slope, kept) < COLLAPSE:  # between its two largest bins, or across x's range
+    # A curve that flattens the content (between its two largest bins, or across x's range), or
+    # stretches or cuts the contrast between two plain areas beyond STRETCH_MAX (two tones map onto
+    # any other two: a grey disc on teal onto a white disc on a blue ground), is no copy's edit
+    if full > 0.0 and (min(slope, kept) < COLLAPSE or stretch > STRETCH_MAX or stretch * STRETCH_MAX < 1.0):
         count += COLLAPSED * s * s  # ranked after every reading whose curve keeps the content
     return count
 
@@ -332,8 +341,8 @@ def differs(x, xlo, xhi, y, ylo, yhi, tol, full):
 
 @njit(**_JIT)
 def _same_curve(p, q):
-    """Whether two tone curves (tone_table's table, slope, kept) read every pixel alike."""
-    if p[1] != q[1] or p[2] != q[2]:
+    """Whether two tone curves (tone_table's table, slope, kept, stretch) read every pixel alike."""
+    if p[1] != q[1] or p[2] != q[2] or p[3] != q[3]:
         return False
     for v in range(256):
         if p[0][v] != q[0][v]:
@@ -753,7 +762,7 @@ def _saturation_table(cba, cra, cbb, crb, diff, up):
     """The chroma curve of a copy: a's Cb and Cr scaled about grey (128) by one factor (a saturation,
     a contrast or a brightness change scales both alike), the ratio of b's to a's chroma spread over
     the pixels whose luma does not differ (`diff` at `up` luma pixels per chroma pixel), kept within
-    SATURATION; as tone_table's (table, slope, kept). One factor for both planes: two curves of
+    SATURATION; as tone_table's (table, slope, kept, stretch). One factor for both planes: two curves of
     their own would map any two colours onto any other two (a blue disc on teal onto a white disc
     on blue), and a recolouring is no copy."""
     cs = cba.shape[0]
@@ -775,7 +784,7 @@ def _saturation_table(cba, cra, cbb, crb, diff, up):
     for v in range(256):
         t = np.rint(128.0 + f * (v - 128.0))
         table[v] = 0 if t < 0 else (255 if t > 255 else np.int16(t))
-    return table, 1.0, 1.0
+    return table, 1.0, 1.0, 1.0
 
 
 @njit(**_JIT)

@@ -28,8 +28,11 @@ batches the pairs over the cores.
    content that one image lacks does not. The curve is fitted both ways (A's onto B, B's onto A),
    then again both ways on the pixels that matched, and the reading with the fewest differing
    pixels stands: the verdict does not depend on which image comes first. A luma curve that keeps
-   almost none of A's contrast (a star field mapped onto a plain navy tile) does not stand; when
-   every reading, either way, flattens the content, the two are not one picture. A banner over an
+   almost none of A's contrast (a star field mapped onto a plain navy tile) does not stand, nor
+   one that stretches the contrast between the two largest areas more than threefold or cuts it
+   to less than a third, neither ending near black or white (two tones map onto any other two:
+   a dark disc on grey onto a pale disc on darker grey; a copy's brightness or contrast edit
+   stays within that); when every reading, either way, is of those, the two are not one picture. A banner over an
    edge can pull a curve (a caption bar hiding most of a sky: the sky's greys map to the bar's):
    when one edge's quarter differs much more densely than the rest, or is one flat colour in one
    image only, the curves are fitted again without it, and that reading stands when less differs
