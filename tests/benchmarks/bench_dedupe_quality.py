@@ -10,13 +10,17 @@ Three generated sets, none committed:
   photos   photoset.py: Debian wallpapers and scikit-image's sample photos, large pictures cut
            into tiles, scaled to widths of 320..4000 px, with 1-5 edited copies each, among them a
            full-width caption bar and a corner box of a fixed pixel size.
+  plain    plainset.py: pictures of a few plain areas (flags, two-tone grounds, a disc, an icon or
+           a ring on a ground, stripes, a gradient), one family per kind with other colours and
+           positions, half with two edited copies; split by kind; reported, never tuned on.
   scale    figureset.py --scale: N/2 pies of one template and N/2 bar charts of one template, no
            copies: every pair is a false pair, so an engine should find no cluster.
 
 Each of figures and photos is split into a tuning half and a held-back half that share no family:
 figures by kind and template (some kinds are tuning-only, some held back whole, the others
 alternate their templates), photos by picture. Every edit occurs in both halves (about --per-edit
-copies per edit per half).
+copies per edit per half). The plain set splits by kind too (plainset.py), but neither of its
+halves takes part in the rule search.
 
 The rule is chosen on the tuning halves only: each half is hashed once
 (pipeline.dedupe.hashing.hash_files) and the engine (pipeline.dedupe.folder.dedupe_folder) is run
@@ -44,7 +48,7 @@ clusters (most false pairs) are listed with each file's family, edit, and the en
 score, to be looked at.
 
     python tests/benchmarks/bench_dedupe_quality.py [--figures 800] [--photos 300] [--scale 2000]
-        [--seed 7] [--sets figures,photos,scale] [--per-edit 32] [--keep DIR] [--quick]
+        [--plain 60] [--seed 7] [--sets figures,photos,plain,scale] [--per-edit 32] [--keep DIR] [--quick]
         [--no-tuning] [--jobs N]
 
 --keep DIR builds the sets in DIR and leaves them there; a later run with the same DIR and the same
@@ -74,6 +78,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 import photoset  # noqa: E402
+import plainset  # noqa: E402
 from bench_hashing import peer_python  # noqa: E402
 
 MAX_THRESHOLD = 16  # imagededup thresholds scanned: 0..16
@@ -172,6 +177,18 @@ def build_photos(out: Path, bases: int, seed: int, per_edit: int) -> tuple[list[
                                log=lambda line: print(line, flush=True))
         _finish(out, params, files)
     return _halves("photos", out, files), reused
+
+
+def build_plain(out: Path, per_kind: int, seed: int) -> tuple[list[Half], bool]:
+    params = {"plain": per_kind, "seed": seed, "version": _version("plainset.py")}
+    files = _reuse(out, params)
+    reused = files is not None
+    if not reused:
+        if out.exists():
+            shutil.rmtree(out)
+        files = plainset.build(out, per_kind, seed)
+        _finish(out, params, files)
+    return _halves("plain", out, files), reused
 
 
 def _cores() -> int:
@@ -572,18 +589,20 @@ def main() -> int:
     parser.add_argument("--figures", type=int, default=800)
     parser.add_argument("--photos", type=int, default=300, help="at most this many base photos (tiles)")
     parser.add_argument("--scale", type=int, default=2000, help="figures in the scale check (half pies, half bars)")
+    parser.add_argument("--plain", type=int, default=60, help="bases per kind in the plain set")
     parser.add_argument("--per-edit", type=int, default=32, help="edited copies per edit per half")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--sets", default="figures,photos,scale", help="comma-separated: figures, photos, scale")
+    parser.add_argument("--sets", default="figures,photos,plain,scale",
+                        help="comma-separated: figures, photos, plain, scale")
     parser.add_argument("--keep", type=Path, help="build the sets here, keep them, reuse them when the options match")
     parser.add_argument("--quick", action="store_true", help="small sets: a smoke test")
     parser.add_argument("--no-tuning", action="store_true", help="report DEFAULT_RULE only, no rule search")
     parser.add_argument("--jobs", type=int, default=_cores(), help="processes for the rule search (default: every core)")
     args = parser.parse_args()
     if args.quick:
-        args.figures, args.photos, args.scale, args.per_edit = 240, 60, 400, 10
+        args.figures, args.photos, args.scale, args.per_edit, args.plain = 240, 60, 400, 10, 15
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = set(sets) - {"figures", "photos", "scale"}
+    unknown = set(sets) - {"figures", "photos", "plain", "scale"}
     if unknown:
         parser.error(f"unknown set(s): {', '.join(sorted(unknown))}")
     started = time.perf_counter()
@@ -607,7 +626,7 @@ def _run(args, sets: list[str], top: Path, started: float) -> int:
         python, why = peer_python()
         if python is None:
             print(f"figures and scale skipped: they are drawn by .bench-venv's matplotlib, which is unavailable: {why}")
-            sets = [s for s in sets if s == "photos"]
+            sets = [s for s in sets if s in ("photos", "plain")]
     built: dict[str, list[Half]] = {}
     for which in sets:
         t = time.perf_counter()
@@ -616,6 +635,8 @@ def _run(args, sets: list[str], top: Path, started: float) -> int:
         elif which == "photos":
             print("photos: building the set", flush=True)
             built[which], reused = build_photos(top / "photos", args.photos, args.seed, args.per_edit)
+        elif which == "plain":
+            built[which], reused = build_plain(top / "plain", args.plain, args.seed)
         else:
             half, reused = build_scale(top / "scale", python, args.scale, args.seed)
             built[which] = [half]
@@ -649,12 +670,12 @@ def _run(args, sets: list[str], top: Path, started: float) -> int:
               f"DEFAULT_RULE is NOT the rule the tuning halves chose (default: {default}; chosen: {chosen})")
 
     t = time.perf_counter()
-    folders = [h for which in ("figures", "photos") for h in built.get(which, [])]
+    folders = [h for which in ("figures", "photos", "plain") for h in built.get(which, [])]
     scale = built["scale"][0] if "scale" in built else None
     peer_why = run_imagededup(folders, scale) if halves else ""
     print(f"imagededup over {len(halves)} folder(s) in {time.perf_counter() - t:.1f}s (torch import included)"
           + (f": {peer_why}" if peer_why else ""))
-    for which in ("figures", "photos"):
+    for which in ("figures", "photos", "plain"):
         if which in built:
             evaluate_set(built[which], chosen, default, tuned, peer_why)
     if "scale" in built:
