@@ -174,6 +174,20 @@ def test_unrelated_look_alikes_are_refused(a, b, why):
     assert kind is None, (why, "re-encoded", kind, score)
 
 
+@pytest.mark.parametrize("bar, change", [(0, -0.02), (1, 0.02), (2, 0.03), (3, -0.04), (4, 0.02)])
+def test_one_bar_a_little_taller_or_shorter_is_refused_as_an_edge_moved(bar, change):
+    """One bar's top 2-8 px higher or lower at 256 px differs in one thin flat strip: too thin for the
+    flat test, it passed as an overlay. The second look shifts one image's region by a few pixels
+    along an axis: when that takes the difference away, an edge of the chart moved (other data)."""
+    values = [0.35, 0.8, 0.55, 0.62, 0.2]
+    other = list(values)
+    other[bar] += change
+    for x, y in ((values, other), (other, values)):
+        kind, score, v = judge(encode(bar_chart(x)), encode(bar_chart(y)))
+        assert kind is None, (bar, change, kind, score)
+        assert v.fine[0, 6] == 1.0  # refused as an edge moved
+
+
 def _disc(ground, fill):
     im = Image.new("RGB", (480, 360), ground)
     ImageDraw.Draw(im).ellipse([90, 80, 230, 220], fill=fill)

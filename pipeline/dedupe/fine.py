@@ -16,7 +16,10 @@ keeps the first look's verdict) is judged again there:
    a table, other words across a page. `fine_stray` stray cells refuse the pair; so does a region
    that hides more than `hidden_max` of the content (verify.Rule) and differs in `fill_min` of its
    cells that hold any: a table whose every row holds other numbers is one dense region at 256 px,
-   and it is the whole table.
+   and it is the whole table. And so does a region that is an edge moved, not something put over
+   the picture (`_moved`: one image shifted 2-8 px along one axis takes away all but MOVED_LEFT of
+   what differs in the region's box): the top of one bar a little higher is a thin flat strip, too
+   thin for the first look's flat test, and other data.
 3. When the reading refuses, two more: **blur** (a blurred or resized copy is smoother than its
    original: the sharper image is blurred by [1 2 1] passes, sigma 0.7 to 2 px, while the mean
    absolute difference after the tone curve keeps falling; the smoother is never sharpened), then
@@ -45,7 +48,10 @@ FINE_GRID = 32  # the residual map is read in FINE_GRID x FINE_GRID cells (8 px 
 FINE_CELL_MIN = 3  # differing pixels that make a cell differ
 BLUR_PASSES = (1, 2, 4, 8)  # [1 2 1] passes tried on the sharper image (sigma sqrt(passes / 2))
 MAX_CROP = 0.15  # kernels.ALIGN_MAX_CROP: a refined alignment that leaves out more is not used
-FIGURES = 6  # what fine_pair writes per pair
+FIGURES = 7  # what fine_pair writes per pair
+MOVE_MIN, MOVE_MAX = 2, 8  # px at 256: the shifts along one axis tried on the one region (an edge moved)
+MOVED_LEFT = 0.1  # an edge moved: a shift leaves at most this share of the region's differing pixels ...
+MOVED_MIN_PX = 24  # ... of at least this many
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -222,8 +228,14 @@ def fine_pair(la, lb, al, tol, max_stray, hidden_max, fill_min, res):
     blo, bhi = K.envelope(xb, 2)
     bga, bgb = K.background(xa, alo, ahi), K.background(xb, blo, bhi)
     d, n = K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
-    best = np.zeros(6)
+    best = np.zeros(FIGURES)
     _reading(d, n, 0, bga, bgb, s, best)
+    if not _refuses(best, max_stray, hidden_max, fill_min) and best[1] > 0:
+        _, _, y0, y1, x0, x1 = _stray(d)
+        if _moved(xa, alo, ahi, xb, blo, bhi, y0, y1, x0, x1, tol):
+            best[6] = 1.0  # refused: the one region is an edge of the picture moved (a bar grown)
+            res[:FIGURES] = best
+            return
     for which in (1, 2):
         if not _refuses(best, max_stray, hidden_max, fill_min):
             break
@@ -234,11 +246,55 @@ def fine_pair(la, lb, al, tol, max_stray, hidden_max, fill_min, res):
             if not ok:
                 break
             d, n = _residual(la, lb, al2, tol, True)
-        cur = np.zeros(6)
+        cur = np.zeros(FIGURES)
         _reading(d, n, which, bga, bgb, s, cur)
         if not _refuses(cur, max_stray, hidden_max, fill_min) or cur[0] < best[0]:
             best[:] = cur
-    res[:6] = best
+    res[:FIGURES] = best
+
+
+@njit(**_JIT)
+def _moved(xa, alo, ahi, xb, blo, bhi, y0, y1, x0, x1, tol):
+    """Is the one region (cells y0..y1, x0..x1) an edge of the picture moved rather than something
+    put over it? b shifted by MOVE_MIN..MOVE_MAX px along one axis leaves at most MOVED_LEFT of the
+    pixels that differ in the region's box unshifted (beyond tol and each other's half-pixel
+    envelope, no tone curve): the top of a bar a little taller, a line drawn a little higher. A
+    caption, a box or a watermark is in one image only: no shift takes it away, and the picture
+    around it moves out of place."""
+    s = xa.shape[0]
+    cp = s // FINE_GRID
+    i0, i1 = max(y0 * cp - MOVE_MAX, 0), min(y1 * cp + MOVE_MAX, s)
+    j0, j1 = max(x0 * cp - MOVE_MAX, 0), min(x1 * cp + MOVE_MAX, s)
+    base = _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, 0, 0, tol)
+    if base < MOVED_MIN_PX:
+        return False
+    for axis in range(2):
+        for k in range(MOVE_MIN, MOVE_MAX + 1):
+            for sign in (-1, 1):
+                di, dj = (sign * k, 0) if axis == 0 else (0, sign * k)
+                if _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol) <= MOVED_LEFT * base:
+                    return True
+    return False
+
+
+@njit(**_JIT)
+def _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol):
+    """Pixels of the box i0..i1, j0..j1 where a and b shifted by (di, dj) differ beyond tol, each
+    outside the other's envelope (kernels._residual_map's reading, no tone curve); a pixel whose
+    shifted place is off the frame counts as differing."""
+    t = np.int32(tol)
+    s = xa.shape[0]
+    n = 0
+    for i in range(i0, i1):
+        for j in range(j0, j1):
+            if not (0 <= i + di < s and 0 <= j + dj < s):
+                n += 1
+                continue
+            a, b = np.int32(xa[i, j]), np.int32(xb[i + di, j + dj])
+            r1 = max(b - np.int32(ahi[i, j]), np.int32(alo[i, j]) - b)
+            r2 = max(a - np.int32(bhi[i + di, j + dj]), np.int32(blo[i + di, j + dj]) - a)
+            n += min(r1, r2) > t
+    return n
 
 
 @njit(**_JIT)

@@ -179,7 +179,9 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                      f"{look['differing'] * 100:.2f} % of the frame; the one region holds {look['hidden'] * 100:.0f} % "
                      f"of the content and differs in {look['fill'] * 100:.0f} % of its cells that hold any (refused above "
                      f"{look['hidden_max'] * 100:g} % and from {look['fill_min'] * 100:g} %)"
-                     + ("; the alignment refined there" if look["alignment_refined"] else ""))
+                     + ("; the alignment refined there" if look["alignment_refined"] else "")
+                     + ("; the region is an edge moved: 2-8 px along one axis takes it away (a bar grown, "
+                        "other data), refused" if look["edge_moved"] else ""))
     elif any(h.fine is None for h in (ha, hb)):
         lines.append("second look: none (" + ("neither has" if ha.fine is None and hb.fine is None else "one has no")
                      + " plain background: a photo keeps the first look's verdict)")
@@ -187,6 +189,9 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
         how = {"near": "the same pixels over the whole frame", "crop": f"the same pixels, cropped {e['crop_per_side'] * 100:.1f} %",
                "overlay": f"the same pixels but inside {e['region']}"}
         lines.append(f"accepted as {e['kind']}: {how[e['kind']]}")
+    elif look is not None and look["edge_moved"]:
+        lines.append(f"rejected by the second look (the first accepted it as {e['first_look_kind']}): the one "
+                     "region is an edge of the picture moved, not something put over it")
     elif look is not None and look["stray_cells"] >= look["refuses_at"]:
         lines.append(f"rejected by the second look (the first accepted it as {e['first_look_kind']}): other "
                      "content in scattered places that 128 px does not resolve")

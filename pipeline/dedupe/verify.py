@@ -595,7 +595,8 @@ def _fine_refuses(fine: np.ndarray, rule: Rule) -> np.ndarray:
     table: the region is the table)."""
     looked = ~np.isnan(fine[:, 0])
     f = np.nan_to_num(fine)
-    return looked & ((f[:, 0] >= rule.fine_stray) | ((f[:, 4] > rule.hidden_max) & (f[:, 5] >= rule.fill_min)))
+    return looked & ((f[:, 0] >= rule.fine_stray) | ((f[:, 4] > rule.hidden_max) & (f[:, 5] >= rule.fill_min))
+                     | (f[:, 6] > 0))
 
 
 def _reduce(detail: np.ndarray) -> np.ndarray:
@@ -657,7 +658,7 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
                          "differing": round(float(v.fine[0, 2]), 4), "alignment_refined": bool(v.fine[0, 3] == 2),
                          "hidden": round(float(v.fine[0, 4]), 3), "hidden_max": rule.hidden_max,
                          "fill": round(float(v.fine[0, 5]), 3), "fill_min": rule.fill_min,
-                         "refuses_at": rule.fine_stray}),
+                         "refuses_at": rule.fine_stray, "edge_moved": bool(v.fine[0, 6] > 0)}),
     })
     return out
 
