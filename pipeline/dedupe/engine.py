@@ -85,8 +85,13 @@ def phash_distance(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 # ---- 2. candidates ---------------------------------------------------------------------------
 
 
+def routed(hashes: np.ndarray) -> np.ndarray:
+    """Which hashes are searched on their route: those of DEGENERATE_BITS or more bits set."""
+    return popcount(hashes) >= DEGENERATE_BITS
+
+
 def _route(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    keep = popcount(hashes) >= DEGENERATE_BITS
+    keep = routed(hashes)
     found = near_pairs(ids[keep], hashes[keep], max_distance)
     return found["a"].to_numpy(), found["b"].to_numpy(), found["distance"].to_numpy().astype(np.int16)
 

@@ -229,9 +229,8 @@ def fine_pair(la, lb, al, tol, max_stray, hidden_max, fill_min, res):
     bga, bgb = K.background(xa, alo, ahi), K.background(xb, blo, bhi)
     d, n = K.differs(xa, alo, ahi, xb, blo, bhi, tol, 1.0)
     best = np.zeros(FIGURES)
-    _reading(d, n, 0, bga, bgb, s, best)
+    y0, y1, x0, x1 = _reading(d, n, 0, bga, bgb, s, best)
     if not _refuses(best, max_stray, hidden_max, fill_min) and best[1] > 0:
-        _, _, y0, y1, x0, x1 = _stray(d)
         if _moved(xa, alo, ahi, xb, blo, bhi, y0, y1, x0, x1, tol):
             best[6] = 1.0  # refused: the one region is an edge of the picture moved (a bar grown)
             res[:FIGURES] = best
@@ -299,10 +298,12 @@ def _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol):
 
 @njit(**_JIT)
 def _reading(d, n, which, bga, bgb, s, out):
-    """One reading's figures (fine_pair's res) from its residual map d with n differing pixels."""
+    """One reading's figures (fine_pair's res) from its residual map d with n differing pixels;
+    returns its largest group's box in cells (y0, y1, x0, x1)."""
     stray, total, y0, y1, x0, x1 = _stray(d)
     out[0], out[1], out[2], out[3] = stray, total, min(n, s * s) / (s * s), which
     out[4], out[5] = _hidden(d, bga, bgb, y0, y1, x0, x1) if total else (0.0, 0.0)
+    return y0, y1, x0, x1
 
 
 @njit(**_JIT)

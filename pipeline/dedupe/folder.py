@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.dedupe.clusters import cluster_id
 from pipeline.dedupe.decisions import hashes_table, run_engine
-from pipeline.dedupe.engine import DEGENERATE_BITS, ROUTES, Dedupe, phash_distance, popcount
+from pipeline.dedupe.engine import DEGENERATE_BITS, ROUTES, Dedupe, phash_distance, routed
 from pipeline.dedupe.hashing import hash_files, is_flat
 from pipeline.settings import DEFAULT_MAX_DISTANCE
 
@@ -107,6 +107,7 @@ def dedupe_folder(root: Path, max_distance: int = DEFAULT_MAX_DISTANCE, workers:
 def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> tuple[list[str], bool | None]:
     """Lines that explain the engine's decision on two image files, and whether they are
     duplicates (None: one of them could not be read)."""
+    from pipeline.dedupe.fine import MOVE_MAX, MOVE_MIN
     from pipeline.dedupe.verify import explain
 
     ha, hb = hash_files([(str(a), a), (str(b), b)], workers=1)
@@ -119,8 +120,8 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
         return lines + ["same bytes (sha256): exact duplicates"], True
     ta, tb = (np.frombuffer(h.thumb, np.uint8) for h in (ha, hb))
     flat = (is_flat(ta), is_flat(tb))
-    def dist(x, y):  # None ("-"): a hash of fewer than DEGENERATE_BITS bits stays out of its route (engine._route)
-        if x is None or y is None or min(popcount(np.array([x, y]))) < DEGENERATE_BITS:
+    def dist(x, y):  # None ("-"): a hash the search leaves out of its route (engine.routed)
+        if x is None or y is None or not routed(np.array([x, y])).all():
             return None
         return int(phash_distance(np.array([x]), np.array([y]))[0])
 
@@ -180,8 +181,8 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                      f"of the content and differs in {look['fill'] * 100:.0f} % of its cells that hold any (refused above "
                      f"{look['hidden_max'] * 100:g} % and from {look['fill_min'] * 100:g} %)"
                      + ("; the alignment refined there" if look["alignment_refined"] else "")
-                     + ("; the region is an edge moved: 2-8 px along one axis takes it away (a bar grown, "
-                        "other data), refused" if look["edge_moved"] else ""))
+                     + (f"; the region is an edge moved: {MOVE_MIN}-{MOVE_MAX} px along one axis takes it away (a "
+                        "bar grown, other data), refused" if look["edge_moved"] else ""))
     elif any(h.fine is None for h in (ha, hb)):
         lines.append("second look: none (" + ("neither has" if ha.fine is None and hb.fine is None else "one has no")
                      + " plain background: a photo keeps the first look's verdict)")

@@ -697,7 +697,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
     wa = (warp(cba, al[0], al[1], al[2], al[3]), warp(cra, al[0], al[1], al[2], al[3]))
     wb = (warp(cbb, al[4], al[5], al[6], al[7]), warp(crb, al[4], al[5], al[6], al[7]))
     curve = _saturation_table(wa[0], wa[1], wb[0], wb[1], diff, up)
-    clip_a, clip_b = _clipped(xa, wa[0], wa[1], up), _clipped(xb, wb[0], wb[1], up)
+    clip_a = clip_b = np.zeros((0, 0), np.bool_)  # read once, when a plane first differs
     cd = np.empty((cs, cs), np.bool_)
     for k in range(2):
         ya, yb = wa[k], wb[k]
@@ -705,6 +705,8 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
         yblo, ybhi = envelope(yb, quarters)
         n = _residual_map(ya, yalo, yahi, yb, yblo, ybhi, curve, chroma_tol, 0.0, cd)  # the luma reads the contrast
         if n:
+            if clip_a.shape[0] == 0:
+                clip_a, clip_b = _clipped(xa, wa[0], wa[1], up), _clipped(xb, wb[0], wb[1], up)
             _unclip(cd, ya, yb, curve[0], clip_a, clip_b)
             for i in range(side):
                 for j in range(side):

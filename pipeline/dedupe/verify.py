@@ -592,7 +592,7 @@ def _fine_refuses(fine: np.ndarray, rule: Rule) -> np.ndarray:
     """The second look's figures (fine.fine_pair; NaN rows: not looked) that refuse a pair:
     `fine_stray` stray cells or more, or the one region hiding more than `hidden_max` of the content
     and differing in at least `fill_min` of its cells that hold any (other words in every cell of a
-    table: the region is the table)."""
+    table: the region is the table), or the region an edge moved (fine._moved: a bar grown)."""
     looked = ~np.isnan(fine[:, 0])
     f = np.nan_to_num(fine)
     return looked & ((f[:, 0] >= rule.fine_stray) | ((f[:, 4] > rule.hidden_max) & (f[:, 5] >= rule.fill_min))
