@@ -29,6 +29,12 @@ How the data reaches GX (GX's DuckDB SQL path is unreliable, so frames are valid
 - Conditional rules (image_name where kind = image, width where status = ok, ...) use GX 1.x
   row conditions (`Column("kind") == "image"`), which the pandas engine runs as `DataFrame.query`.
 
+GX's own per-call overheads, shortened where it reads the same thing again and again (both
+checked against GX's methods in tests/test_gx_suites.py): an expectation's configuration is built
+once per kwargs lookup instead of once per key (`_read_configuration_once_per_call`), and a row
+condition is queried once per table instead of once per metric (`_filter_each_condition_once`).
+Together the full-scale tables' validation and Data Docs went from 3.0-3.1 s to 2.5-2.7 s.
+
 Data Docs come from a file-backed GX context at `docs_root/gx` (analytics and progress bars off
 in its config); suites and validation definitions are added with `add_or_update`, so one
 `docs_root` serves many runs and its index lists them all.
@@ -36,6 +42,7 @@ in its config); suites and validation definitions are added with `add_or_update`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -293,6 +300,8 @@ def validate_tables(
 
     run_id = gx.RunIdentifier(run_name=_safe_run_name(run_name))
     _no_frame_fingerprint()
+    _read_configuration_once_per_call()
+    _filter_each_condition_once()
     batch_definition = _batch_definition(_datasource(context))
     results: dict[str, TableResult] = {}
     for table in suite_tables():
@@ -302,11 +311,12 @@ def validate_tables(
         arrow = tables[table]
         suite = _store_suite(context, build_suite(table, quality))
         definition = _store_validation_definition(context, table, batch_definition, suite)
-        outcome = definition.run(
-            batch_parameters={"dataframe": to_frame(arrow)},
-            result_format={"result_format": RESULT_FORMAT, "partial_unexpected_count": _PARTIAL_UNEXPECTED},
-            run_id=run_id,
-        )
+        with _conditions_read_once():
+            outcome = definition.run(
+                batch_parameters={"dataframe": to_frame(arrow)},
+                result_format={"result_format": RESULT_FORMAT, "partial_unexpected_count": _PARTIAL_UNEXPECTED},
+                run_id=run_id,
+            )
         results[table] = _table_result(table, arrow, outcome)
     log.info("validated %d tables in %.2f s", len(results), time.perf_counter() - started)
 
@@ -361,6 +371,100 @@ def _open_context(docs_root: Path):
             except Exception as exc:
                 problem = f"could not save the GX config under {docs_root}: {type(exc).__name__}: {exc}"
     return context, problem
+
+
+GX_OWN: dict[str, Callable] = {}  # GX's own methods that _read_configuration_once_per_call replaced
+
+
+def _read_configuration_once_per_call() -> None:
+    """GX's `Expectation.configuration` is a property that builds a new ExpectationConfiguration
+    from the model (a pydantic `dict()` of every field) on each read, and `_get_domain_kwargs`,
+    `_get_success_kwargs`, `_get_success_kwarg` and `_get_runtime_kwargs` read it once per key
+    they look up: about 18,000 builds in a full-scale validation, a third of its time. The four
+    are replaced by the same lookups made on one build per call (what they return is unchanged:
+    nothing changes the expectation while it is read). Only where GX still has the methods read
+    here; with another GX, its own stay."""
+    from great_expectations.expectations import expectation as module
+
+    cls = module.Expectation
+    if getattr(cls, "_rewardhouse_one_read", False):
+        return
+    names = ("_get_domain_kwargs", "_get_success_kwargs", "_get_success_kwarg", "_get_runtime_kwargs",
+             "_get_default_value")
+    if not all(hasattr(cls, m) for m in names) or not hasattr(module, "parse_result_format"):
+        return
+
+    def kwarg(self, kwargs, key, default=None):  # GX's _get_success_kwarg on kwargs read already
+        if key in kwargs:
+            return kwargs[key]
+        field = self.__fields__.get(key)
+        if field is not None:
+            return field.default if not field.required else default
+        module.logger.warning(f'_get_success_kwarg called with key "{key}", '
+                              f"but it is not a known field of {type(self).__name__}")
+        return default
+
+    def domain_of(self, kwargs):
+        return {key: kwargs.get(key, self._get_default_value(key)) for key in self.domain_keys}
+
+    def success_of(self, kwargs):
+        out = {key: kwargs.get(key, self._get_default_value(key)) for key in self.success_keys}
+        out.update(domain_of(self, kwargs))
+        return out
+
+    def runtime(self, runtime_configuration=None):
+        runtime_configuration = runtime_configuration or {}
+        kwargs = self.configuration.kwargs
+        out = {key: runtime_configuration.get(key, kwarg(self, kwargs, key)) for key in self.runtime_keys}
+        out.update(success_of(self, kwargs))
+        out["result_format"] = module.parse_result_format(out["result_format"])
+        return out
+
+    GX_OWN.update({m: getattr(cls, m) for m in names[:4]})
+    cls._get_domain_kwargs = lambda self: domain_of(self, self.configuration.kwargs)
+    cls._get_success_kwargs = lambda self: success_of(self, self.configuration.kwargs)
+    cls._get_success_kwarg = lambda self, key, default=None: kwarg(self, self.configuration.kwargs, key, default)
+    cls._get_runtime_kwargs = runtime
+    cls._rewardhouse_one_read = True
+
+
+_FILTERED: dict | None = None  # (frame id, condition) -> (frame, its filtered rows), while one table is validated
+
+
+def _filter_each_condition_once() -> None:
+    """GX's pandas engine runs a row condition (`DataFrame.query`) again for every metric of every
+    expectation that has it: 166 queries in a full-scale validation, of 27 distinct conditions on
+    a table. While `_conditions_read_once()` is open, each (frame, condition) is queried once and
+    its rows handed on (GX reads them, a new frame per step it takes)."""
+    from great_expectations.execution_engine.pandas_execution_engine import PandasExecutionEngine as engine
+
+    if getattr(engine, "_rewardhouse_filter_once", False) or not hasattr(engine, "_apply_row_condition_filter"):
+        return
+    own = engine._apply_row_condition_filter
+    GX_OWN["_apply_row_condition_filter"] = own
+
+    def apply(self, data, row_condition, domain_kwargs):
+        cache = _FILTERED
+        if cache is None:
+            return own(self, data, row_condition, domain_kwargs)
+        key = (id(data), repr(row_condition), repr(domain_kwargs.get("condition_parser")))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not data:
+            hit = cache[key] = (data, own(self, data, row_condition, domain_kwargs))
+        return hit[1]
+
+    engine._apply_row_condition_filter = apply
+    engine._rewardhouse_filter_once = True
+
+
+@contextlib.contextmanager
+def _conditions_read_once():
+    global _FILTERED
+    _FILTERED = {}
+    try:
+        yield
+    finally:
+        _FILTERED = None
 
 
 def _read_config_variables_once(context) -> None:

@@ -284,3 +284,55 @@ def test_unusable_docs_root_still_validates_and_says_why(release_tables, tmp_pat
     assert results["quarantine"].passed and index is None
     assert "Data Docs not built" in caplog.text
 
+
+
+def test_the_kwargs_read_once_per_call_are_the_ones_gx_reads_per_key():
+    """checks.suites replaces four of GX's Expectation methods by the same lookups on one build of
+    the configuration per call: on every expectation of every suite they return what GX's own do."""
+    from checks.suites import GX_OWN, _read_configuration_once_per_call
+
+    _read_configuration_once_per_call()
+    assert {"_get_domain_kwargs", "_get_success_kwargs", "_get_success_kwarg", "_get_runtime_kwargs"} <= set(GX_OWN)
+    formats = [None, {"result_format": "BASIC", "partial_unexpected_count": 20}, {"result_format": "SUMMARY"}]
+    compared = 0
+    for table in suite_tables():
+        for e in build_suite(table).expectations:
+            assert e._get_domain_kwargs() == GX_OWN["_get_domain_kwargs"](e)
+            assert e._get_success_kwargs() == GX_OWN["_get_success_kwargs"](e)
+            for key in (*e.success_keys, *e.domain_keys, "result_format", "no_such_key"):
+                assert e._get_success_kwarg(key, "dflt") == GX_OWN["_get_success_kwarg"](e, key, "dflt")
+            for rc in formats:
+                assert e._get_runtime_kwargs(rc) == GX_OWN["_get_runtime_kwargs"](e, rc)
+            compared += 1
+    assert compared > 100  # every table's suite, not a handful
+
+
+def test_validation_with_each_condition_filtered_once_says_what_gx_alone_says(release_tables, tmp_path, monkeypatch):
+    """The same results, failures and samples with checks.suites' two shortcuts into GX (one build
+    of an expectation's configuration per call, each row condition queried once per table) as with
+    GX's own methods, on tables whose first rows are emptied in every column (conditional rules,
+    value sets, keys and schema fail)."""
+    from great_expectations.execution_engine.pandas_execution_engine import PandasExecutionEngine
+    from great_expectations.expectations.expectation import Expectation
+
+    from checks.suites import GX_OWN
+
+    def emptied(table: pa.Table) -> pa.Table:
+        for i, field in enumerate(table.schema):
+            values = table[field.name].to_pylist()
+            table = table.set_column(i, field, pa.array([None] * min(3, len(values)) + values[3:], field.type))
+        return table
+
+    broken = {t: emptied(v) for t, v in release_tables.items() if v.num_rows}
+
+    def summary(results):
+        return {t: (r.passed, r.evaluated, r.rows, [dataclasses.asdict(f) for f in r.failures]) for t, r in results.items()}
+
+    ours, _ = validate_tables(broken, tmp_path / "ours", "ours")
+    assert {"_apply_row_condition_filter", "_get_runtime_kwargs"} <= set(GX_OWN)
+    assert sum(not r.passed for r in ours.values()) == len(broken)
+    for name, method in GX_OWN.items():
+        owner = PandasExecutionEngine if name == "_apply_row_condition_filter" else Expectation
+        monkeypatch.setattr(owner, name, method)
+    theirs, _ = validate_tables(broken, tmp_path / "theirs", "theirs")
+    assert summary(ours) == summary(theirs)
