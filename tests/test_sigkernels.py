@@ -124,6 +124,9 @@ def test_the_one_call_ycc_signature_equals_the_plane_by_plane_path():
     shapes = [(240, 320), (239, 169), (313, 210), (350, 128), (256, 192), (150, 200), (384, 512), (129, 4000 // 8)]
     orders = set()
     for k, (h, w) in enumerate(shapes):
+        assert sigkernels.plane_taps(h + 1, w, DETAIL_SIDE, DETAIL_SIDE, "lanczos") is None  # not probed yet
+        sigkernels.probe(h, w, DETAIL_SIDE, DETAIL_SIDE, "lanczos")
+        sigkernels.probe(h, w, CHROMA_SIDE, CHROMA_SIDE, "box")
         lt = sigkernels.plane_taps(h, w, DETAIL_SIDE, DETAIL_SIDE, "lanczos")
         ct = sigkernels.plane_taps(h, w, CHROMA_SIDE, CHROMA_SIDE, "box")
         orders.add((lt[4], ct[4]))
@@ -141,3 +144,27 @@ def test_the_one_call_ycc_signature_equals_the_plane_by_plane_path():
             assert (mean_cb, mean_cr) == (float(cb.mean()) - 128.0, float(cr.mean()) - 128.0)
             assert flat == is_flat(expected) and np.array_equal(luma, ycc[..., 0])
     assert {(False, False), (True, True)} <= orders or {(False, False), (True, False)} <= orders, orders
+
+
+def test_a_geometry_is_probed_only_once_it_comes_back_and_every_resize_is_pillow_s(monkeypatch):
+    """A folder of figures of every size meets most geometries once: those are resized by Pillow,
+    and the order of passes (a probe worth 10-30 resizes) is read only on a geometry's
+    PROBE_AFTER-th plane; the pixels are Pillow's before and after. The remembered geometries are
+    bounded (KNOWN_MAX), whatever the number of sizes met."""
+    probes = []
+    real = sigkernels._order.__wrapped__
+    monkeypatch.setattr(sigkernels, "_order", lambda *a: probes.append(a) or real(*a))
+    monkeypatch.setattr(sigkernels, "_MET", {})
+    monkeypatch.setattr(sigkernels, "_KNOWN", {})
+    plane = RNG.integers(0, 256, (97, 141), dtype=np.uint8)
+    pillow = np.asarray(Image.fromarray(plane).resize((128, 128), Image.LANCZOS))
+    for k in range(1, sigkernels.PROBE_AFTER + 3):
+        assert np.array_equal(sigkernels.resize(plane, 128, 128), pillow)
+        assert len(probes) == (k >= sigkernels.PROBE_AFTER)
+        assert (sigkernels.known_order(97, 141, 128, 128, "lanczos") is not None) == (k >= sigkernels.PROBE_AFTER)
+    monkeypatch.setattr(sigkernels, "KNOWN_MAX", 50)
+    for h in range(20, 200):  # every size once: no probe, and the counts stay bounded
+        small = RNG.integers(0, 256, (h, 60), dtype=np.uint8)
+        assert np.array_equal(sigkernels.resize(small, 32, 32, "box"),
+                              np.asarray(Image.fromarray(small).resize((32, 32), Image.BOX)))
+    assert len(probes) == 1 and len(sigkernels._MET) <= 50

@@ -347,7 +347,10 @@ def warm() -> None:
     from pipeline.dedupe import sigkernels
 
     sigkernels.warm()
-    _ycc_signature(np.zeros((DETAIL_SIDE + 32, DETAIL_SIDE + 16, 3), np.uint8)[:, :DETAIL_SIDE + 8])
+    rows, cols = DETAIL_SIDE + 32, DETAIL_SIDE + 8
+    sigkernels.probe(rows, cols, DETAIL_SIDE, DETAIL_SIDE, "lanczos")
+    sigkernels.probe(rows, cols, CHROMA_SIDE, CHROMA_SIDE, "box")
+    _ycc_signature(np.zeros((rows, DETAIL_SIDE + 16, 3), np.uint8)[:, :cols])
     _pixels(Image.new("YCbCr", (8, 8)), 3)  # its import of pyarrow, before the workers fork
     read_detail(np.zeros((DETAIL_SIDE, DETAIL_SIDE), np.uint8))
     read_detail(np.arange(DETAIL_SIDE * DETAIL_SIDE, dtype=np.uint8).reshape(DETAIL_SIDE, DETAIL_SIDE), with_hashes=False)

@@ -9,7 +9,9 @@ numpy calls, about 2 ms of a ~5 ms image. Here they are compiled, with the same 
   normalised in double, quantised to 22-bit fixed point rounding half away from zero, one pass
   per axis, each rounded and clipped to 8 bits), with the taps computed in Python by the same
   formula (`math.sin`, the C library's, as Pillow's), in the order of passes this Pillow takes
-  for the geometry (read once per geometry, `_order`);
+  for the geometry (read once per geometry, `_order`, once it has come back PROBE_AFTER times:
+  until then, and for a geometry met once, Pillow resizes it: a probe costs as much as 10-30 of
+  Pillow's resizes, and a folder of figures of every size meets most geometries once);
 - the DCT terms are the same float64 products, rounded to 6 decimals as hashing._phash_pixels
   rounds them, and compared with their median as hashing._above_median does.
 
@@ -50,7 +52,7 @@ def _box(x: float) -> float:
 FILTERS = {"lanczos": (_lanczos, 3.0), "box": (_box, 0.5)}  # Pillow's filter and its support
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=4096)
 def taps(in_size: int, out_size: int, kind: str = "lanczos") -> tuple[np.ndarray, np.ndarray]:
     """Pillow's taps for one axis (precompute_coeffs + normalize_coeffs_8bpc) of its LANCZOS or BOX
     filter: per output sample its first input and tap count (out_size, 2), and the fixed-point
@@ -101,7 +103,7 @@ def _passes(plane: np.ndarray, width: int, height: int, kind: str, vertical_firs
     return resample(transposed(plane), h[0], h[1], v[0], v[1])
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def _order(rows: int, cols: int, width: int, height: int, kind: str) -> str:
     """Which pass Pillow runs first for this geometry ("h" or "v"; "pillow": neither reproduces
     it): Pillow's own choice (newer releases start with the vertical pass for some shapes) is read
@@ -119,6 +121,46 @@ def _order(rows: int, cols: int, width: int, height: int, kind: str) -> str:
     return "pillow"
 
 
+PROBE_AFTER = 4  # a geometry's order of passes is probed (_order) when it comes back the 4th time
+KNOWN_MAX = 1 << 16  # geometries remembered (met, or probed); beyond, the counts start again
+_MET: dict[tuple, int] = {}  # geometry -> times resized by Pillow so far, until it is probed
+_KNOWN: dict[tuple, str] = {}  # geometry -> _order's answer
+
+
+def known_order(rows: int, cols: int, width: int, height: int, kind: str) -> str | None:
+    """The order of passes for a geometry already probed, else None (nothing is counted)."""
+    return _KNOWN.get((rows, cols, width, height, kind))
+
+
+def chosen_order(rows: int, cols: int, width: int, height: int, kind: str) -> str:
+    """How `resize` takes this geometry: "h" or "v" (compiled, in that order of passes) once it
+    has been probed, which it is on its PROBE_AFTER-th plane; "pillow" before that, and where no
+    order reproduces Pillow. Either way the pixels are Pillow's."""
+    key = (rows, cols, width, height, kind)
+    order = _KNOWN.get(key)
+    if order is not None:
+        return order
+    met = _MET.get(key, 0) + 1
+    if met < PROBE_AFTER:
+        if len(_MET) >= KNOWN_MAX:
+            _MET.clear()
+        _MET[key] = met
+        return "pillow"
+    _MET.pop(key, None)
+    if len(_KNOWN) >= KNOWN_MAX:
+        _KNOWN.clear()
+    order = _KNOWN[key] = _order(rows, cols, width, height, kind)
+    return order
+
+
+def probe(rows: int, cols: int, width: int, height: int, kind: str) -> str:
+    """chosen_order, probed now whatever the count (warm-ups, so the compiled passes are loaded)."""
+    key = (rows, cols, width, height, kind)
+    _MET.pop(key, None)
+    order = _KNOWN[key] = _order(rows, cols, width, height, kind)
+    return order
+
+
 def resize(plane: np.ndarray, width: int, height: int, kind: str = "lanczos") -> np.ndarray:
     """A uint8 plane (rows x columns, any strides) resized as Pillow's Image.resize((width, height),
     LANCZOS or BOX) resizes a mode "L" image of it, bit for bit: the passes are Pillow's, in the
@@ -126,7 +168,7 @@ def resize(plane: np.ndarray, width: int, height: int, kind: str = "lanczos") ->
     pixels (its float copy would weigh 8 bytes a pixel) is resized by Pillow itself; so is one
     whose geometry no order reproduces."""
     rows, cols = plane.shape
-    order = "pillow" if plane.size > COMPILED_MAX else _order(rows, cols, width, height, kind)
+    order = "pillow" if plane.size > COMPILED_MAX else chosen_order(rows, cols, width, height, kind)
     if order == "pillow":
         return _pillow(plane, width, height, kind)
     return _passes(plane, width, height, kind, order == "v")
@@ -354,11 +396,12 @@ def _put(plane, sig, k):
 def plane_taps(rows: int, cols: int, width: int, height: int, kind: str = "lanczos"):
     """(horizontal bounds, weights, vertical bounds, weights, vertical first) that `_plane` resizes a
     rows x columns plane to width x height with, as `resize` would; None where `resize` hands the
-    plane to Pillow (more than COMPILED_MAX pixels, or a geometry no order reproduces)."""
+    plane to Pillow (more than COMPILED_MAX pixels, a geometry no order reproduces, or one not
+    probed yet: `resize` counts it and probes it in time; this only reads what is known)."""
     if rows * cols > COMPILED_MAX:
         return None
-    order = _order(rows, cols, width, height, kind)
-    if order == "pillow":
+    order = known_order(rows, cols, width, height, kind)
+    if order is None or order == "pillow":
         return None
     if order == "v":  # `_passes` on the transposed plane: its rows are this plane's columns
         h, v = taps(rows, height, kind), taps(cols, width, kind)
@@ -371,6 +414,8 @@ def warm() -> None:
     """Compile (or load from the cache) the resizes an image meets, on tiny planes (hashing.warm
     adds what is read off the detail): a new checkout pays the compilation once, not in a timed step."""
     x = np.zeros((40, 30), np.uint8)
+    probe(40, 30, 32, 32, "box")
+    probe(40, 30, 128, 128, "lanczos")
     resize(x, 32, 32, "box")
     resize(x, 128, 128)
     resize(np.zeros((40, 30, 3), np.uint8)[..., 0], 128, 128)
