@@ -176,9 +176,29 @@ def streamed(path: str | Path, batch_rows: int, columns: list[str] | None = None
                                                                                      columns=columns)
 
 
-def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch_rows: int = 8192) -> str:
+BATCH_BYTES = 4 << 20  # a streamed copy's batches hold about this much (see batch_rows_for)
+
+
+def batch_rows_for(sources: list[str], most: int = 8192) -> int:
+    """Rows per batch that hold about BATCH_BYTES of the widest source (from its footer): Arrow's
+    pool maps a buffer of more than a few MB afresh each time and every page of it is zeroed on
+    first touch, so 8,192 rows of 18 KB image signatures (150 MB a batch) copied 260 MB in
+    1-3.5 s, batches of 256 in 0.3 s."""
+    widest = 0.0
+    for source in sources:
+        meta = pq.ParquetFile(source).metadata
+        if meta.num_rows:
+            size = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+            widest = max(widest, size / meta.num_rows)
+    return max(16, min(most, int(BATCH_BYTES // widest))) if widest else most
+
+
+def write_staged_stream(path: Path, sources: list[str], schema: pa.Schema, batch_rows: int | None = None) -> str:
     """Concatenate staged Parquet files into one, batch by batch (memory: one batch, not the
-    tables), written to a temporary name and renamed into place."""
+    tables; `batch_rows` by default from batch_rows_for), written to a temporary name and renamed
+    into place."""
+    if batch_rows is None:
+        batch_rows = batch_rows_for(sources)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.parquet")
     try:

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.runs import RESERVE_BYTES
@@ -88,6 +89,33 @@ def test_a_streamed_copy_that_cannot_be_written_leaves_no_file_and_names_its_pat
         staging.write_staged_stream(target, [str(source), str(source)], pq.read_schema(source), batch_rows=64)
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
     assert written == [64] and list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_streamed_copy_of_wide_rows_goes_in_batches_of_a_few_megabytes(tmp_path, monkeypatch):
+    """write_staged_stream's default batch (staging.batch_rows_for): rows of 18 KB signatures in
+    batches of about BATCH_BYTES, narrow rows in batches of 8,192; the copy holds every row, in
+    order, either way."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline import staging
+
+    wide, narrow = tmp_path / "wide.parquet", tmp_path / "narrow.parquet"
+    noise = np.random.default_rng(3).integers(0, 256, (600, 18_000), dtype=np.uint8)
+    pq.write_table(pa.table({"k": list(range(600)), "thumb": [r.tobytes() for r in noise]}), wide)
+    pq.write_table(pa.table({"k": list(range(20_000)), "thumb": [b"ab"] * 20_000}), narrow)
+    rows = staging.batch_rows_for([str(wide)])
+    assert staging.BATCH_BYTES // 20_000 <= rows <= staging.BATCH_BYTES // 17_000
+    assert staging.batch_rows_for([str(narrow)]) == 8192
+    assert staging.batch_rows_for([str(narrow), str(wide)]) == rows  # the widest source decides
+    seen = []
+    real = staging.streamed
+    monkeypatch.setattr(staging, "streamed", lambda path, n, columns=None: seen.append(n) or real(path, n, columns))
+    out = staging.write_staged_stream(tmp_path / "out.parquet", [str(wide), str(narrow)], pq.read_schema(wide))
+    assert seen == [rows, rows]
+    copied = pq.read_table(out)
+    assert copied["k"].to_pylist() == list(range(600)) + list(range(20_000))
+    assert copied["thumb"][599].as_py() == noise[599].tobytes()
 
 
 # ---- a real run on a small disk -----------------------------------------------------------------

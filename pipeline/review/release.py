@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import datasets
+from pipeline.dedupe.decisions import SIGNATURE_BATCH
 from pipeline.review.page import RecordId, RecordLeaks, ReviewInput, ReviewStats, write_review
 from pipeline.review.thumbnails import ThumbnailStore
 from pipeline.spec import load
@@ -79,10 +80,10 @@ def record_texts(tables: dict[str, Path], wanted: list[RecordId]) -> dict[Record
     return out
 
 
-def stored_signatures(path: Path | None, batch_rows: int = 1024):
+def stored_signatures(path: Path | None, batch_rows: int = SIGNATURE_BATCH):
     """A `Signatures` lookup over the staged image signatures (image_hashes' internal table):
     the thumbnails of a page are made from them instead of reading the images again. Read in
-    batches of `batch_rows` (a signature is 18 KB), keeping only the wanted rows."""
+    batches of `batch_rows` (a signature is 18 KB; decisions.SIGNATURE_BATCH), keeping only the wanted rows."""
     def lookup(shas: set[str]) -> dict[str, tuple[bytes, int, int]]:
         from pipeline.staging import streamed
 
