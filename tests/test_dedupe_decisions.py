@@ -94,6 +94,27 @@ def test_rollouts_sharing_an_image_are_not_duplicates_unless_question_and_steps_
     assert out["r3"]["image_clusters"] == ["sha256:s3"]
 
 
+def test_steps_that_differ_only_in_runs_of_whitespace_are_the_same_rollout():
+    """A step's text is lower-cased, trimmed of spaces and each run of RE2's \\s (tab, newline, form
+    feed, return, space) made one space, whichever of those it holds; a vertical tab or a
+    non-breaking space is not one of them, so a step holding one differs."""
+    steps_of = {"r0": ["x = 2", "so 2."], "r1": ["X =\t2", "So\r\n2."], "r2": ["x\f=  2", " so 2. "],
+                "r3": ["x =\n\n 2", "so\t\t2."], "r4": ["x =\v2", "so 2."], "r5": ["x =\u00a02", "so 2."]}
+    samples = _samples([(s, "What is x?", ["a.jpg"]) for s in steps_of])
+    images = pa.table({"image_key": ["a.jpg"], "sha256": ["s1"]})
+    no_clusters = pa.table({"cluster_id": pa.array([], pa.string()), "dataset": pa.array([], pa.string()),
+                            "image_key": pa.array([], pa.string()), "is_canonical": pa.array([], pa.bool_()),
+                            "distance_to_canonical": pa.array([], pa.int32()), "kind": pa.array([], pa.string()),
+                            "score": pa.array([], pa.float32())})
+    no_contamination = pa.table({"train_dataset": pa.array([], pa.string()), "train_image_key": pa.array([], pa.string()),
+                                 "eval_dataset": pa.array([], pa.string()), "eval_image_key": pa.array([], pa.string()),
+                                 "distance": pa.array([], pa.int32())})
+    out = {r["sample_id"]: r for r in mark_samples(samples, _steps(steps_of.items()), images, no_clusters,
+                                                   no_contamination).to_pylist()}
+    assert {s: out[s]["duplicate_of"] for s in steps_of} == {"r0": None, "r1": "r0", "r2": "r0", "r3": "r0",
+                                                             "r4": None, "r5": None}
+
+
 MEMORY_PROBE = """
 import sys
 import numpy as np

@@ -343,8 +343,12 @@ with refs as (
 ), image_sig as (
     select sample_id, list(image_id order by pos) as image_ids from refs group by sample_id
 ), step_sig as (
-    select sample_id, list(regexp_replace(lower(trim(text)), '\s+', ' ', 'g') order by step_index) as steps
-    from steps group by sample_id
+    -- whitespace runs made one space (RE2's \s: tab, newline, form feed, return, space); the regex
+    -- runs only on the texts that hold one to collapse (about 4 in 10 steps: a third of the time)
+    select sample_id, list(case when contains(t, '  ') or contains(t, chr(10)) or contains(t, chr(9))
+                                  or contains(t, chr(13)) or contains(t, chr(12))
+                                then regexp_replace(t, '\s+', ' ', 'g') else t end order by step_index) as steps
+    from (select sample_id, step_index, lower(trim(text)) as t from steps) group by sample_id
 ), contaminated as (
     select distinct s.sample_id from samples s, unnest(s.image_refs) as r(ref)
     join (select * from contamination where train_dataset = 'visualprm') x on x.train_image_key = r.ref
