@@ -14,7 +14,7 @@ from pipeline.dedupe.decisions import (
 from pipeline.review.overrides import OverridesError, load as load_overrides, unusable_overrides
 from pipeline.dedupe.engine import ENGINE_VERSION
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import Staged, read_staged, write_staged, write_staged_stream, write_text_atomic
+from pipeline.staging import Staged, parts_of, read_staged, write_staged, write_staged_stream, write_text_atomic
 from pipeline.stopping import stop_point
 
 from assets.common import bars, md, plain_counts, preview, reuse_or_run, staging_key
@@ -33,7 +33,7 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     is checked (e.g. `mmrb2_task_images` per task, straight from the zip; `visualprm_images`;
     `vlrb_pairs`). Beside the published table, the engine's signatures (region hashes, flat flag,
     64x64 thumbnail) are staged."""
-    sources = [images[name].internal["image_hashes"] for name in IMAGE_ASSETS]
+    sources = [part for name in IMAGE_ASSETS for part in parts_of(images[name].internal["image_hashes"])]
     key = staging_key(None, {name: images[name].internal for name in IMAGE_ASSETS}, context)
     out = rewardhouse.layout().staging / "image_hashes" / key
 

@@ -9,7 +9,6 @@ from typing import Optional
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.dedupe.decisions import hashes_table
 from pipeline.dedupe.executor import Executor
@@ -24,7 +23,7 @@ from pipeline.quarantine import quarantine_table
 from pipeline.resources import RewardhouseResource
 from pipeline.mmrb2.source import fetch_mmrb2
 from pipeline.sources.base import RawSnapshot
-from pipeline.staging import Staged, read_staged, write_staged, write_staged_stream
+from pipeline.staging import Staged, link_staged, read_staged, write_staged
 from pipeline.zipread import scan_zip
 
 from assets.common import (
@@ -201,14 +200,14 @@ def mmrb2_images(
     out = rewardhouse.layout().staging / "mmrb2_images" / staging_key(None, {"parts": {k: f.name for k, f in folders.items()}}, context)
 
     def compute():
-        # the parts' image_hashes (the signatures: about 19 KB an image) are copied batch by batch,
-        # never held whole; the rest is small
+        # the parts' image_hashes (the signatures: about 19 KB an image, 260 MB at full scale) are
+        # linked, not copied (staging.link_staged); the rest is small
         staged = {key: read_staged({n: p for n, p in value.tables.items() if n != "image_hashes"})
                   for key, value in parts.items()}
         images = pa.concat_tables([s["mmrb2_images"] for s in staged.values()]).sort_by("image_name")
         tables = {"mmrb2_images": images, "quarantine": pa.concat_tables([s["quarantine"] for s in staged.values()])}
         sources = [value.tables["image_hashes"] for value in parts.values()]
-        hashes = write_staged_stream(out / "internal" / "image_hashes.parquet", sources, pq.read_schema(sources[0]))
+        hashes = link_staged(out / "internal" / "image_hashes", sources)
         status = images.column("status").to_pylist()
         metadata = {
             **plain_counts(tables),

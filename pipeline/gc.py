@@ -39,13 +39,16 @@ class GcReport:
 
 
 def _size(folder: Path) -> int:
+    """The bytes a folder holds; a file hard-linked from elsewhere (staging.link_staged) counts its
+    share, size / links: removing one of its names frees nothing until the last goes."""
     total = 0
     for dirpath, _, files in os.walk(folder):
         for name in files:
             try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
+                st = os.lstat(os.path.join(dirpath, name))
             except OSError:
-                pass
+                continue
+            total += st.st_size // max(st.st_nlink, 1)
     return total
 
 

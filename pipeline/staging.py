@@ -176,6 +176,46 @@ def streamed(path: str | Path, batch_rows: int, columns: list[str] | None = None
                                                                                      columns=columns)
 
 
+PART = "part-{:04d}.parquet"  # a gathered table's files, in order (link_staged)
+
+
+def link_staged(directory: Path, sources: list[str]) -> str:
+    """Staged Parquet files gathered into `directory` as its parts (PART, in the order given)
+    without copying their bytes: hard links, since a staged file is never written again (removing
+    the original leaves the link whole), a copy where the file system cannot link. Made under a
+    temporary name and renamed into place, so the folder is whole or absent. Returns the folder,
+    which `parts_of` reads back as the list of files."""
+    import shutil
+
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.mkdir(parents=True)
+        for k, source in enumerate(sources):
+            target = tmp / PART.format(k)
+            try:
+                os.link(source, target)
+            except OSError:  # another file system, or one without hard links
+                shutil.copyfile(source, target)
+        if directory.exists():  # left by a run that died before recording it: not in use
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        notice(named := naming(exc, directory))
+        raise named from exc
+    return str(directory)
+
+
+def parts_of(path: str | Path) -> list[str]:
+    """The Parquet files a staged table is: the parts of a folder made by link_staged, in order, or
+    the one file."""
+    path = Path(path)
+    if path.is_dir():
+        return [str(p) for p in sorted(path.glob("part-*.parquet"))]
+    return [str(path)]
+
+
 BATCH_BYTES = 4 << 20  # a streamed copy's batches hold about this much (see batch_rows_for)
 
 

@@ -118,6 +118,48 @@ def test_a_streamed_copy_of_wide_rows_goes_in_batches_of_a_few_megabytes(tmp_pat
     assert copied["thumb"][599].as_py() == noise[599].tobytes()
 
 
+def test_gathered_parts_are_links_in_order_whole_or_absent(tmp_path, monkeypatch):
+    """staging.link_staged: the parts as hard links, read back in order by parts_of; a folder left
+    by a run that died before recording it is replaced; where the file system cannot link, copies;
+    a failure leaves neither the folder nor its temporary one, and names the folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline import staging
+
+    sources = []
+    for k in range(3):
+        sources.append(str(tmp_path / f"src{k}.parquet"))
+        pq.write_table(pa.table({"k": [k * 10 + i for i in range(10)]}), sources[-1])
+    out = tmp_path / "stage" / "internal" / "image_hashes"
+    out.mkdir(parents=True)
+    (out / "part-0000.parquet").write_bytes(b"left by a dead run")
+    assert staging.link_staged(out, sources) == str(out)
+    parts = staging.parts_of(out)
+    assert [os.stat(p).st_ino for p in parts] == [os.stat(p).st_ino for p in sources]
+    assert pa.concat_tables([pq.read_table(p) for p in parts])["k"].to_pylist() == list(range(30))
+    assert staging.parts_of(sources[0]) == [sources[0]]
+    os.remove(sources[0])  # the original's removal leaves the link whole
+    assert pq.read_table(parts[0])["k"].to_pylist() == list(range(10))
+
+    def no_links(*args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(staging.os, "link", no_links)
+    copied = staging.link_staged(tmp_path / "copies", sources[1:])
+    assert [pq.read_table(p)["k"][0].as_py() for p in staging.parts_of(copied)] == [10, 20]
+    assert os.stat(staging.parts_of(copied)[0]).st_ino != os.stat(sources[1]).st_ino
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfile", full)  # link_staged's fallback, with links refused still
+    with pytest.raises(OSError) as caught:
+        staging.link_staged(tmp_path / "failed", sources[1:])
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path / "failed")
+    assert not [p for p in tmp_path.iterdir() if "failed" in p.name]
+
+
 # ---- a real run on a small disk -----------------------------------------------------------------
 
 

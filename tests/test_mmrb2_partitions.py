@@ -5,6 +5,7 @@ partition is a clear failure rather than a half-built table."""
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 
 import dagster as dg
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 from conftest import shared_mmrb2
 from pipeline.definitions import defs
 from pipeline.mmrb2.images import inventory_images
+from pipeline.staging import parts_of
 from pipeline.mmrb2.parse import parse_mmrb2
 from pipeline.mmrb2.tasks import PARTITION_KEYS, images_by_task, owned_by_any
 from pipeline.schedules import all_partitions_tags
@@ -116,12 +118,16 @@ def test_a_changed_task_redoes_only_its_partition_and_one_partition_publishes(tm
         assert not any(m["reused"] for m in _task_mats(first).values())
         assert instance.get_materialized_partitions(dg.AssetKey("mmrb2_task_images")) == set(PARTITION_KEYS)
         release_1 = (home / "releases" / "CURRENT").read_text().strip()
-        # mmrb2_images copies the parts' signatures batch by batch: every row of every part, once
+        # mmrb2_images gathers the parts' signatures as links to the parts' own files, not copies:
+        # every row of every part, once
         staging = home / "staging"
-        (gathered,) = staging.glob("mmrb2_images/*/internal/image_hashes.parquet")
+        (gathered,) = staging.glob("mmrb2_images/*/internal/image_hashes")
         parts = sorted(staging.glob("mmrb2_task_images/*/*/image_hashes.parquet"))
         assert len(parts) == len(PARTITION_KEYS) + 1  # and the zip's unreferenced entries
-        whole = pq.read_table(gathered)
+        linked = parts_of(gathered)
+        assert len(linked) == len(parts)
+        assert {os.stat(p).st_ino for p in linked} == {os.stat(p).st_ino for p in parts}
+        whole = pa.concat_tables([pq.read_table(p) for p in linked])
         assert whole.num_rows > 0
         assert whole.sort_by("image_key").equals(pa.concat_tables([pq.read_table(p) for p in parts]).sort_by("image_key"))
 
