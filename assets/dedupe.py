@@ -9,12 +9,13 @@ import pyarrow.parquet as pq
 
 from pipeline import datasets
 from pipeline.dedupe.decisions import (
-    HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_BATCH, SIGNATURE_SCHEMA, find_duplicates, near_misses, thumb_file,
+    HASHES_SCHEMA, OVERRIDES_APPLIED_SCHEMA, SIGNATURE_SCHEMA, find_duplicates, gather_signatures, near_misses,
+    read_signatures, thumb_file,
 )
 from pipeline.review.overrides import OverridesError, load as load_overrides, unusable_overrides
 from pipeline.dedupe.engine import ENGINE_VERSION
 from pipeline.resources import RewardhouseResource
-from pipeline.staging import Staged, parts_of, read_staged, write_staged, write_staged_stream, write_text_atomic
+from pipeline.staging import Staged, parts_of, read_staged, write_staged, write_text_atomic
 from pipeline.stopping import stop_point
 
 from assets.common import bars, md, plain_counts, preview, reuse_or_run, staging_key
@@ -40,8 +41,7 @@ def image_hashes(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     def compute():
         published = pa.concat_tables([pq.read_table(p, columns=HASHES_SCHEMA.names) for p in sources])
         tables = {"image_hashes": published.cast(HASHES_SCHEMA)}
-        signatures = write_staged_stream(out / "internal" / "image_signatures.parquet", sources, SIGNATURE_SCHEMA,
-                                         batch_rows=SIGNATURE_BATCH)
+        signatures = gather_signatures(out / "internal", sources)
         counts = published.group_by("dataset").aggregate([("image_key", "count")]).to_pylist()
         metadata = {**plain_counts(tables), **{f"hashed_{c['dataset']}": c["image_key_count"] for c in counts},
                     "preview": preview(published, columns=["dataset", "image_key", "phash", "width", "height"])}
@@ -74,7 +74,7 @@ def image_dedupe(context: dg.AssetExecutionContext, rewardhouse: RewardhouseReso
     out = rewardhouse.layout().staging / "image_dedupe" / key
 
     def compute():
-        rows = pq.read_table(signatures, columns=[c for c in SIGNATURE_SCHEMA.names if c not in ("thumb", "fine")])
+        rows = read_signatures(signatures, [c for c in SIGNATURE_SCHEMA.names if c not in ("thumb", "fine")])
         thumbs = thumb_file(signatures, out / "internal" / "thumbs.npy")
         start = time.perf_counter()
         clusters, contamination, result = find_duplicates(

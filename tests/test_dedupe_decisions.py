@@ -177,3 +177,37 @@ def test_thumb_file_memory_does_not_grow_with_the_file(tmp_path):
         assert np.array_equal(got[::997], np.load(path.with_suffix(".check.npy")))
     # a reader that held the file would grow by its 110 MB more of thumbnails at least
     assert grew[8192] < grew[2048] + 60 and grew[8192] < 250, grew
+
+
+def test_the_datasets_signatures_are_linked_as_parts_and_read_back_in_order(tmp_path):
+    """gather_signatures links each dataset's signatures as a part when it has SIGNATURE_SCHEMA
+    (read_signatures and thumb_file read the parts in order: the same rows, thumbnails and 256 px
+    lumas as one file), and copies them cast to it otherwise."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from pipeline.dedupe.decisions import gather_signatures, read_signatures, thumb_file
+    from pipeline.staging import parts_of
+
+    first = signatures({"a.png": encode(bar_chart([0.2, 0.9, 0.5])), "b.jpg": encode(photo(3), "JPEG", 90)}, "mmrb2")
+    second = signatures({"c.png": encode(bar_chart([0.7, 0.1, 0.4])), "d.png": encode(photo(4))}, "visualprm")
+    paths = []
+    for k, table in enumerate((first, second)):
+        paths.append(str(tmp_path / f"src{k}.parquet"))
+        pq.write_table(table, paths[-1])
+    linked = gather_signatures(tmp_path / "linked", paths)
+    assert [os.stat(p).st_ino for p in parts_of(linked)] == [os.stat(p).st_ino for p in paths]
+    whole = pa.concat_tables([first, second])
+    columns = ["dataset", "image_key", "phash", "flat"]
+    assert read_signatures(linked, columns).equals(whole.select(columns))
+    files = thumb_file(linked, tmp_path / "linked_thumbs.npy")
+    assert np.array_equal(files.thumbs, np.stack([np.frombuffer(t, np.uint8) for t in whole["thumb"].to_pylist()]))
+    assert files.fine(np.arange(4)) == whole["fine"].to_pylist()
+    assert any(whole["fine"].to_pylist()) and not all(whole["fine"].to_pylist())  # charts have one, photos none
+
+    narrow = first.set_column(first.schema.get_field_index("width"), "width", first["width"].cast(pa.int16()))
+    pq.write_table(narrow, paths[0])  # a part of another schema: copied into one file, cast
+    copied = gather_signatures(tmp_path / "copied", paths)
+    assert parts_of(copied) == [copied] and pq.read_schema(copied).equals(SIGNATURE_SCHEMA)
+    assert read_signatures(copied, columns + ["width"]).equals(whole.select(columns + ["width"]))

@@ -103,6 +103,32 @@ CONTAMINATION_SCHEMA = pa.schema(
 SIGNATURE_BATCH = 256
 
 
+def gather_signatures(folder: Path, sources: list[str]) -> str:
+    """The signatures of every dataset as one staged table under `folder`: the sources linked as
+    its parts when each has SIGNATURE_SCHEMA (as every step that decodes images writes it; 300 MB
+    not copied at full scale, staging.link_staged), else copied batch by batch into one file cast
+    to it. Returns what read_signatures and thumb_file read."""
+    import pyarrow.parquet as pq
+
+    from pipeline.staging import link_staged, write_staged_stream
+
+    if all(pq.read_schema(p).equals(SIGNATURE_SCHEMA) for p in sources):
+        return link_staged(Path(folder) / "image_signatures", sources)
+    return write_staged_stream(Path(folder) / "image_signatures.parquet", sources, SIGNATURE_SCHEMA,
+                               batch_rows=SIGNATURE_BATCH)
+
+
+def read_signatures(path: str, columns: list[str]) -> pa.Table:
+    """`columns` of a staged signatures table (one file, or a folder of parts: staging.parts_of),
+    each part cast to SIGNATURE_SCHEMA's types, in order."""
+    import pyarrow.parquet as pq
+
+    from pipeline.staging import parts_of
+
+    schema = pa.schema([SIGNATURE_SCHEMA.field(c) for c in columns])
+    return pa.concat_tables([pq.read_table(p, columns=columns).cast(schema) for p in parts_of(path)])
+
+
 class ThumbColumn:
     """`thumbs[rows]` over a table's fixed-size binary thumbnail column; `thumbs.fine(rows)` the
     packed 256 px lumas of the second look (None where an image has none) from its `fine` column."""
@@ -388,19 +414,21 @@ def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters:
 
 
 def thumb_file(signatures_path: str, out: Path, batch_rows: int = SIGNATURE_BATCH) -> ThumbFile:
-    """The thumbnails of a staged signatures file as a memory-mapped (rows, THUMB_BYTES) uint8 array,
-    and its packed 256 px lumas (`fine`) one after the other with (rows + 1) offsets, written
-    batch by batch beside `out` with plain writes from the Arrow buffers (memory: about one batch,
-    staging.streamed; nothing of the output stays mapped; the engine pages in what it verifies)."""
+    """The thumbnails of a staged signatures table (one file, or a folder of parts: staging.parts_of)
+    as a memory-mapped (rows, THUMB_BYTES) uint8 array, and its packed 256 px lumas (`fine`) one
+    after the other with (rows + 1) offsets, written batch by batch beside `out` with plain writes
+    from the Arrow buffers (memory: about one batch, staging.streamed; nothing of the output stays
+    mapped; the engine pages in what it verifies)."""
     import os
     import uuid
 
     import pyarrow.parquet as pq
 
-    from pipeline.staging import streamed
+    from pipeline.staging import parts_of, streamed
 
-    f = pq.ParquetFile(signatures_path)
-    rows = f.metadata.num_rows
+    parts = parts_of(signatures_path)
+    files = [pq.ParquetFile(p) for p in parts]
+    rows = sum(f.metadata.num_rows for f in files)
     width = THUMB_BYTES
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
@@ -408,12 +436,12 @@ def thumb_file(signatures_path: str, out: Path, batch_rows: int = SIGNATURE_BATC
     fine_out, offsets_out = out.with_name(f"{out.stem}.fine.bin"), out.with_name(f"{out.stem}.fine.offsets.npy")
     fine_tmp = fine_out.with_name(f".{fine_out.name}.{tag}")
     offsets = np.zeros(rows + 1, np.int64)
-    has_fine = "fine" in f.schema_arrow.names
+    has_fine = all("fine" in f.schema_arrow.names for f in files)
     at = 0
     with open(tmp, "wb") as thumbs, open(fine_tmp, "wb") as blob:
         np.lib.format.write_array_header_1_0(thumbs, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
                                                      "fortran_order": False, "shape": (rows, width)})
-        for batch in streamed(signatures_path, batch_rows, ["thumb", "fine"] if has_fine else ["thumb"]):
+        for batch in (b for p in parts for b in streamed(p, batch_rows, ["thumb", "fine"] if has_fine else ["thumb"])):
             part = ThumbColumn(batch.column(0)).data
             thumbs.write(part.tobytes())
             n = len(part)

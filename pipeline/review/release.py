@@ -85,13 +85,14 @@ def stored_signatures(path: Path | None, batch_rows: int = SIGNATURE_BATCH):
     the thumbnails of a page are made from them instead of reading the images again. Read in
     batches of `batch_rows` (a signature is 18 KB; decisions.SIGNATURE_BATCH), keeping only the wanted rows."""
     def lookup(shas: set[str]) -> dict[str, tuple[bytes, int, int]]:
-        from pipeline.staging import streamed
+        from pipeline.staging import parts_of, streamed
 
         found: dict[str, tuple[bytes, int, int]] = {}
-        if path is None or not Path(path).is_file():
+        if path is None or not Path(path).exists():
             return found
         wanted = pa.array(sorted(shas), pa.string())
-        for batch in streamed(path, batch_rows, ["sha256", "thumb", "width", "height"]):
+        batches = (b for p in parts_of(path) for b in streamed(p, batch_rows, ["sha256", "thumb", "width", "height"]))
+        for batch in batches:
             keep = pc.is_in(batch.column(0), value_set=wanted)
             for row in pa.Table.from_batches([batch]).filter(keep).to_pylist():
                 found.setdefault(row["sha256"], (row["thumb"], row["width"], row["height"]))
