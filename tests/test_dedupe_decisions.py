@@ -211,3 +211,19 @@ def test_the_datasets_signatures_are_linked_as_parts_and_read_back_in_order(tmp_
     copied = gather_signatures(tmp_path / "copied", paths)
     assert parts_of(copied) == [copied] and pq.read_schema(copied).equals(SIGNATURE_SCHEMA)
     assert read_signatures(copied, columns + ["width"]).equals(whole.select(columns + ["width"]))
+
+
+def test_a_thumbnail_column_of_one_chunk_is_read_in_place():
+    """ThumbColumn reads a one-chunk column (hashes_table's) without copying it, a slice of one at
+    its offset, and several chunks combined: the same rows each way."""
+    from pipeline.dedupe.decisions import ThumbColumn
+
+    rows = np.arange(6 * 5, dtype=np.uint8).reshape(6, 5)
+    array = pa.array([r.tobytes() for r in rows], pa.binary(5))
+    one = ThumbColumn(pa.chunked_array([array]))
+    address = np.frombuffer(array.buffers()[1], np.uint8).ctypes.data
+    assert one.data.ctypes.data == address and np.array_equal(one[np.array([4, 0])], rows[[4, 0]])
+    sliced = ThumbColumn(pa.chunked_array([array.slice(2, 3)]))
+    assert sliced.data.ctypes.data == address + 2 * 5 and np.array_equal(sliced.data, rows[2:5])
+    several = ThumbColumn(pa.chunked_array([array.slice(0, 2), array.slice(2, 4)]))
+    assert np.array_equal(several.data, rows)
