@@ -568,3 +568,39 @@ def test_the_engine_judges_a_pair_alike_in_either_order():
     one, two = verify(a, b, thumbs), verify(b, a, thumbs)
     assert one[0].any() and not one[0].all()  # copies and look-alikes both (else this tests little)
     assert np.array_equal(one[0], two[0]) and list(one[1]) == list(two[1]) and np.array_equal(one[2], two[2])
+
+
+def _nearest_by_sorting(pairs, k):
+    """The per-image cap as a full sort: every pair from both ends, ranked per image by (distance,
+    the other image's number); a pair is kept when it ranks under k at either end."""
+    n = len(pairs)
+    mine = np.concatenate([pairs.a, pairs.b])
+    other = np.concatenate([pairs.b, pairs.a])
+    dist = np.concatenate([pairs.distance, pairs.distance])
+    order = np.lexsort((other, dist, mine))
+    sorted_mine = mine[order]
+    rank = np.zeros(2 * n, np.int64)
+    for i in range(1, 2 * n):
+        rank[i] = rank[i - 1] + 1 if sorted_mine[i] == sorted_mine[i - 1] else 0
+    keep = np.zeros(n, bool)
+    keep[np.concatenate([np.arange(n), np.arange(n)])[order[rank < k]]] = True
+    return keep
+
+
+def test_the_per_image_cap_counts_distances_and_ranks_only_the_ties_as_a_full_sort_would():
+    """engine._nearest (each image's pairs counted per distance; only those at its k-th nearest
+    distance ranked by the other image's number) keeps exactly the pairs a full sort keeps, on
+    random graphs dense with ties, for caps from 1 to beyond every image's degree."""
+    from pipeline.dedupe.engine import Pairs, _nearest
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        nodes = int(rng.integers(2, 40))
+        every = np.array([(i, j) for i in range(nodes) for j in range(i + 1, nodes)])
+        chosen = every[rng.choice(len(every), int(rng.integers(0, len(every) + 1)), replace=False)]
+        pairs = Pairs(chosen[:, 0].astype(np.int64) if len(chosen) else np.zeros(0, np.int64),
+                      chosen[:, 1].astype(np.int64) if len(chosen) else np.zeros(0, np.int64),
+                      np.zeros(len(chosen), np.int8),
+                      rng.integers(0, int(rng.integers(1, 10)), len(chosen)).astype(np.int16))
+        for k in (1, 2, 5, 16, 64):
+            assert np.array_equal(_nearest(pairs, k), _nearest_by_sorting(pairs, k)), (nodes, len(chosen), k)

@@ -155,21 +155,37 @@ def _order(keys: tuple, bits: tuple, n: int) -> np.ndarray:
 def _nearest(pairs: Pairs, k: int) -> np.ndarray:
     """Keep a pair when it is among the k nearest of either of its images (distance, then the
     other image's number): in crowded regions of the hash space (look-alike figures) every image
-    keeps its k best candidates, so verification work grows with the images, not with their pairs."""
+    keeps its k best candidates, so verification work grows with the images, not with their pairs.
+
+    Without sorting every pair from both ends (12.6 s and 1.5 GB for 11 M pairs): each image's
+    pairs are counted per distance, which gives its threshold distance (the k-th nearest's); a pair
+    nearer than the threshold of either image is kept, one farther from both is not, and only the
+    pairs at an image's threshold are ranked, by the other image's number."""
     n = len(pairs)
     keep = np.zeros(n, bool)
     if n == 0:
         return keep
-    # Each pair once from each end: rank every image's pairs together, nearest first.
-    mine = np.concatenate([pairs.a, pairs.b])
-    other = np.concatenate([pairs.b, pairs.a])
-    dist = np.concatenate([pairs.distance, pairs.distance])
-    which = np.concatenate([np.arange(n), np.arange(n)])
-    order = _order((mine, dist, other), (None, 8, None), int(max(mine.max(), other.max())) + 1)
-    sorted_mine = mine[order]
-    start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
-    rank = np.arange(2 * n) - np.repeat(start, np.diff(np.r_[start, 2 * n]))
-    keep[which[order[rank < k]]] = True
+    a, b = np.asarray(pairs.a, np.int64), np.asarray(pairs.b, np.int64)
+    dist = np.asarray(pairs.distance, np.int64)
+    size = int(max(a.max(), b.max())) + 1
+    levels = int(dist.max()) + 1
+    counts = (np.bincount(a * levels + dist, minlength=size * levels)
+              + np.bincount(b * levels + dist, minlength=size * levels)).reshape(size, levels)
+    upto = np.cumsum(counts, axis=1)  # an image's pairs at this distance or nearer
+    threshold = (upto < k).sum(axis=1)  # the k-th nearest's distance (levels: fewer than k pairs)
+    before = np.where(threshold > 0, upto[np.arange(size), np.maximum(threshold - 1, 0)], 0)
+    keep[(dist < threshold[a]) | (dist < threshold[b])] = True
+    # Pairs at an image's threshold: the (k - before) of them with the smallest other image's number.
+    tie_a, tie_b = np.flatnonzero(dist == threshold[a]), np.flatnonzero(dist == threshold[b])
+    mine = np.concatenate([a[tie_a], b[tie_b]])
+    if len(mine):
+        other = np.concatenate([b[tie_a], a[tie_b]])
+        which = np.concatenate([tie_a, tie_b])
+        order = _order((mine, other), (None, None), size)
+        sorted_mine = mine[order]
+        start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
+        rank = np.arange(len(mine)) - np.repeat(start, np.diff(np.r_[start, len(mine)]))
+        keep[which[order[rank < (k - before[sorted_mine])]]] = True
     return keep
 
 
