@@ -146,17 +146,16 @@ def chosen_order(rows: int, cols: int, width: int, height: int, kind: str) -> st
             _MET.clear()
         _MET[key] = met
         return "pillow"
-    _MET.pop(key, None)
-    if len(_KNOWN) >= KNOWN_MAX:
-        _KNOWN.clear()
-    order = _KNOWN[key] = _order(rows, cols, width, height, kind)
-    return order
+    return probe(rows, cols, width, height, kind)
 
 
 def probe(rows: int, cols: int, width: int, height: int, kind: str) -> str:
-    """chosen_order, probed now whatever the count (warm-ups, so the compiled passes are loaded)."""
+    """chosen_order, probed now whatever the count (also for warm-ups, so the compiled passes
+    are loaded), and remembered."""
     key = (rows, cols, width, height, kind)
     _MET.pop(key, None)
+    if len(_KNOWN) >= KNOWN_MAX:
+        _KNOWN.clear()
     order = _KNOWN[key] = _order(rows, cols, width, height, kind)
     return order
 
