@@ -349,7 +349,7 @@ def _run(args, state: dict) -> int:
     from pipeline.liveness import Busy, set_process_label
     from pipeline.resources import RewardhouseResource
     from pipeline import unwritable
-    from pipeline.runs import Lease, abandon, reap_dead_runs, settle_finished, wait_for_other_runs
+    from pipeline.runs import Lease, abandon, reap_dead_runs, run_outcome, settle_finished, wait_for_other_runs
     from pipeline.schedules import all_partitions_tags
     from pipeline.stopping import Stopped, stop_point
     from warehouse.store import ReleaseStore
@@ -430,7 +430,7 @@ def _run(args, state: dict) -> int:
                     with state["lock"]:
                         state["ended"] = True
                         # a stop marked between the run's last safe point and its end: it finished
-                        settle_finished(instance, run_id, result.success)
+                        settle_finished(instance, run_id, run_outcome(result.all_events))
                     run = instance.get_run_by_id(run_id)
             except Stopped as exc:  # at a stop point outside the run's steps
                 name = signal.Signals(exc.signum).name

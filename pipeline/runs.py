@@ -275,18 +275,38 @@ def mark_canceling(instance: dg.DagsterInstance, run_id: str, message: str) -> N
         instance.report_run_canceling(run, message=message)
 
 
-def settle_finished(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> None:
-    """Run `run_id` of this process has returned. A stop marked CANCELING after its last safe point
-    (the mark is made from another thread) can land after Dagster recorded the success: a run that
-    succeeded is recorded as such again, never left CANCELING. Called with the stop request's lock
-    held, so no mark follows."""
-    from dagster._core.events import DagsterEvent, DagsterEventType
+def run_outcome(events) -> "dg.DagsterEventType | None":
+    """How a run ended, by its own run-level events (RUN_SUCCESS, RUN_FAILURE or RUN_CANCELED),
+    not by the status in the run storage: a stop marked CANCELING from another thread can land
+    after the end was recorded, and Dagster's `ExecuteInProcessResult.success` reads that status
+    back (a run that succeeded then reads as not successful)."""
+    ends = (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_CANCELED)
+    outcome = None
+    for event in events:
+        if event.is_job_event and event.event_type in ends:
+            outcome = event.event_type
+    return outcome
+
+
+def settle_finished(instance: dg.DagsterInstance, run_id: str, outcome: "dg.DagsterEventType | None") -> None:
+    """Run `run_id` of this process has returned with `outcome` (`run_outcome` of its events). A
+    stop marked CANCELING after its last safe point (the mark is made from another thread, and
+    reads the status before it writes) can land after Dagster recorded the end: the end is
+    recorded again, so a run that succeeded is SUCCESS and one that failed is FAILURE, never left
+    CANCELING. Called with the stop request's lock held, so no mark follows."""
+    from dagster._core.events import DagsterEvent
 
     run = instance.get_run_by_id(run_id)
-    if succeeded and run is not None and run.status == dg.DagsterRunStatus.CANCELING:
-        event = DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name,
-                             message="Finished: the stop request came after the run's last safe point.")
-        instance.report_dagster_event(event, run_id=run_id)
+    if outcome is None or run is None or run.status != dg.DagsterRunStatus.CANCELING:
+        return
+    if outcome == dg.DagsterEventType.RUN_SUCCESS:
+        message = "Finished: the stop request came after the run's last safe point."
+    elif outcome == dg.DagsterEventType.RUN_FAILURE:
+        message = "Run failed before the stop request was recorded."
+    else:
+        message = "Run canceled."
+    event = DagsterEvent(event_type_value=outcome.value, job_name=run.job_name, message=message)
+    instance.report_dagster_event(event, run_id=run_id)
 
 
 def fail_run(instance: dg.DagsterInstance, run_id: str, message: str) -> bool:

@@ -297,33 +297,58 @@ def test_a_waiting_run_stopped_by_sigterm_leaves_at_once_having_changed_nothing(
     assert sorted(p.name for p in rc.run_dbs(home)) == before  # no run was created
 
 
-def test_a_stop_marked_after_the_run_succeeded_leaves_it_succeeded(tmp_path, monkeypatch):
-    """The stop request is marked from a helper thread: it can read STARTED, lose the race with
-    the run's end and write CANCELING after the success. `rewardhouse run` settles the run when
-    it returns: a run that succeeded is recorded as SUCCESS again; one that did not is left alone."""
-    from pipeline.runs import mark_canceling, settle_finished
+def test_a_stop_marked_after_the_run_ended_leaves_it_as_it_ended(tmp_path, monkeypatch):
+    """The stop request is marked from a helper thread: it reads STARTED, loses the race with the
+    run's end and writes CANCELING after it, before `execute_in_process` reads the run back (so
+    its `success` is False for a run that succeeded). `rewardhouse run` settles the run by its own
+    events: one that succeeded is SUCCESS again, one that failed FAILURE, and nothing is written
+    for a run that was not left CANCELING."""
+    from pipeline.runs import mark_canceling, run_outcome, settle_finished
 
     @dg.op
     def one():
         return 1
 
+    @dg.op
+    def broken():
+        raise ValueError("no")
+
     @dg.job
     def tiny():
         one()
 
+    @dg.job
+    def failing():
+        broken()
+
+    ends = (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     with dg.DagsterInstance.get() as instance:
+        storage = instance.run_storage
+        handle = storage.handle_run_event
+
+        def late_mark(run_id, event, *args, **kwargs):  # the helper thread's write, landing after the end
+            stale = instance.get_run_by_id(run_id)
+            handle(run_id, event, *args, **kwargs)
+            if event.event_type in ends:
+                instance.report_run_canceling(stale, message="read STARTED before the end, written after it")
+
+        monkeypatch.setattr(storage, "handle_run_event", late_mark)
         ok = tiny.execute_in_process(instance=instance)
-        run = instance.get_run_by_id(ok.run_id)
-        assert run.status == dg.DagsterRunStatus.SUCCESS
+        bad = failing.execute_in_process(instance=instance, raise_on_error=False)
+        monkeypatch.setattr(storage, "handle_run_event", handle)
+
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.CANCELING
+        assert not ok.success  # the status read back: not to be trusted here
+        assert run_outcome(ok.all_events) == dg.DagsterEventType.RUN_SUCCESS
+        assert run_outcome(bad.all_events) == dg.DagsterEventType.RUN_FAILURE
+        settle_finished(instance, ok.run_id, None)  # no known end: not touched
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.CANCELING
+        settle_finished(instance, ok.run_id, run_outcome(ok.all_events))
+        settle_finished(instance, bad.run_id, run_outcome(bad.all_events))
+        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.SUCCESS
+        assert instance.get_run_by_id(bad.run_id).status == dg.DagsterRunStatus.FAILURE
+        settle_finished(instance, ok.run_id, run_outcome(ok.all_events))  # settled once: nothing more is written
+        assert len(instance.all_logs(ok.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)) == 2
         mark_canceling(instance, ok.run_id, "too late")  # a mark that reads the status first: nothing
         assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.SUCCESS
-        instance.report_run_canceling(run, message="read STARTED before the success, written after it")
-        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.CANCELING
-        settle_finished(instance, ok.run_id, False)  # not known to have succeeded: not touched
-        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.CANCELING
-        settle_finished(instance, ok.run_id, True)
-        assert instance.get_run_by_id(ok.run_id).status == dg.DagsterRunStatus.SUCCESS
-        settle_finished(instance, ok.run_id, True)  # settled once: nothing more is written
-        events = instance.all_logs(ok.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)
-        assert len(events) == 2
