@@ -67,7 +67,7 @@ class Pairs:
     accepted: np.ndarray | None = None
     kind: np.ndarray | None = None
     score: np.ndarray | None = None
-    capped: int = 0  # pairs within the radius left out by the per-image cap
+    capped: int = 0  # findings within the radius the per-image cap left out, per route (see candidate_pairs)
 
     def __len__(self) -> int:
         return len(self.a)
@@ -92,7 +92,7 @@ def routed(hashes: np.ndarray) -> np.ndarray:
 
 def _route(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     keep = routed(hashes)
-    found = near_pairs(ids[keep], hashes[keep], max_distance)
+    found = near_pairs(ids[keep], hashes[keep], max_distance, ordered=False)
     return found["a"].to_numpy(), found["b"].to_numpy(), found["distance"].to_numpy().astype(np.int16)
 
 
@@ -102,25 +102,45 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     """Every node pair within `max_distance` on any route (nodes where `searchable` is false are
     left out; the robust route takes the nodes where `robust_ok` is true too, none when `robust` is
     None), once, with the route of its smallest distance (ties: the earlier route); then each
-    image's `max_per_image` nearest (`_nearest`; `capped` counts the pairs left out)."""
+    image's `max_per_image` nearest (`_nearest`; `capped` counts the pairs left out).
+
+    Each route's pairs are capped as they come, before they meet the others': the pairs kept in
+    the end are among them. (A pair among an image's k nearest over all routes is among its k
+    nearest on the route where its distance is smallest: a pair ranked before it there, by
+    distance and then the other image's number, is at that distance or nearer over all routes, so
+    it ranks before it in the end too.) So crowded look-alikes, whose pairs grow with the square of
+    their number, hold memory and time only for k pairs per image and route. The pHash and crop
+    hashes share one search; their pairs are capped as three routes in which no node pair repeats:
+    pHash-pHash, and the two cross directions."""
     max_per_image = MAX_CANDIDATES_PER_IMAGE if max_per_image is None else max_per_image
+    n = len(phash)
     nodes = np.flatnonzero(searchable).astype(np.int64)
     parts = []
+    capped = 0
+
+    def add(a: np.ndarray, b: np.ndarray, route: int, d: np.ndarray) -> None:
+        nonlocal capped
+        keep = _nearest_of(a, b, d, max_per_image, n)
+        capped += int(len(keep) - keep.sum())
+        parts.append((a[keep], b[keep], np.full(int(keep.sum()), route, np.int8), d[keep]))
+
     # phash and crop share one search: ids 2n are pHashes, 2n+1 crop hashes.
     ids = np.concatenate([2 * nodes, 2 * nodes + 1])
     a, b, d = _route(ids, np.concatenate([phash[nodes], crop[nodes]]), max_distance)
     na, nb = a // 2, b // 2
-    cross = (a % 2) != (b % 2)
-    both_phash = (a % 2 == 0) & (b % 2 == 0)
-    keep = (na != nb) & (cross | both_phash)
-    parts.append((na[keep], nb[keep], np.where(cross[keep], 1, 0).astype(np.int8), d[keep]))
+    a_crop, b_crop = (a % 2) == 1, (b % 2) == 1
+    del a, b
+    for route, which in ((0, ~a_crop & ~b_crop), (1, ~a_crop & b_crop), (1, a_crop & ~b_crop)):
+        which &= na != nb
+        add(na[which], nb[which], route, d[which])
+    del na, nb, d, a_crop, b_crop
     for r, hashes in ((2, top), (3, bottom)):
         a, b, d = _route(nodes, hashes[nodes], max_distance)
-        parts.append((a, b, np.full(len(a), r, np.int8), d))
+        add(a, b, r, d)
     if robust is not None:
         pictures = np.flatnonzero(searchable if robust_ok is None else searchable & robust_ok)
         a, b, d = _route(pictures.astype(np.int64), robust[pictures], max_distance)
-        parts.append((a, b, np.full(len(a), 4, np.int8), d))
+        add(a, b, 4, d)
     a = np.concatenate([p[0] for p in parts])
     b = np.concatenate([p[1] for p in parts])
     route = np.concatenate([p[2] for p in parts])
@@ -128,14 +148,17 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     # One row per pair: the smallest distance, then the earliest route (one packed key sorted when
     # the node numbers fit it: a sort of 20M int64 keys takes a fraction of a four-key lexsort).
-    order = _order((lo, hi, dist, route), (None, None, 8, 3), len(phash))
+    order = _order((lo, hi, dist, route), (None, None, 8, 3), n)
     lo, hi, route, dist = lo[order], hi[order], route[order], dist[order]
     first = np.ones(len(lo), bool)
     first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     pairs = Pairs(lo[first], hi[first], route[first], dist[first])
+    # `capped` counts findings: a pair a route's cap left out counts for that route (even when
+    # another route brought it in), and the final cap's leavings once. Counting distinct pairs
+    # would take the dedupe of every finding that the caps are there to avoid.
     keep = _nearest(pairs, max_per_image)
-    pairs.capped = int((~keep).sum())
-    return _subset(pairs, keep) if pairs.capped else pairs
+    pairs.capped = capped + int((~keep).sum())
+    return _subset(pairs, keep) if not keep.all() else pairs
 
 
 def _order(keys: tuple, bits: tuple, n: int) -> np.ndarray:
@@ -155,19 +178,26 @@ def _order(keys: tuple, bits: tuple, n: int) -> np.ndarray:
 def _nearest(pairs: Pairs, k: int) -> np.ndarray:
     """Keep a pair when it is among the k nearest of either of its images (distance, then the
     other image's number): in crowded regions of the hash space (look-alike figures) every image
-    keeps its k best candidates, so verification work grows with the images, not with their pairs.
+    keeps its k best candidates, so verification work grows with the images, not with their pairs."""
+    return _nearest_of(pairs.a, pairs.b, pairs.distance, k)
+
+
+def _nearest_of(a: np.ndarray, b: np.ndarray, distance: np.ndarray, k: int, size: int | None = None) -> np.ndarray:
+    """`_nearest` over node pairs (a[i], b[i]), each pair listed once, nodes below `size`.
 
     Without sorting every pair from both ends (12.6 s and 1.5 GB for 11 M pairs): each image's
     pairs are counted per distance, which gives its threshold distance (the k-th nearest's); a pair
     nearer than the threshold of either image is kept, one farther from both is not, and only the
-    pairs at an image's threshold are ranked, by the other image's number."""
-    n = len(pairs)
+    pairs at an image's threshold are ranked, by the other image's number: one sort of their packed
+    (image, other) keys gives each image's cut-off (5.3 M crowded pairs: 2.3 s -> 1.5 s against an
+    argsort of the ties)."""
+    n = len(a)
     keep = np.zeros(n, bool)
     if n == 0:
         return keep
-    a, b = np.asarray(pairs.a, np.int64), np.asarray(pairs.b, np.int64)
-    dist = np.asarray(pairs.distance, np.int64)
-    size = int(max(a.max(), b.max())) + 1
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    dist = np.asarray(distance, np.int64)
+    size = int(max(a.max(), b.max())) + 1 if size is None else size
     levels = int(dist.max()) + 1
     counts = (np.bincount(a * levels + dist, minlength=size * levels)
               + np.bincount(b * levels + dist, minlength=size * levels)).reshape(size, levels)
@@ -180,12 +210,27 @@ def _nearest(pairs: Pairs, k: int) -> np.ndarray:
     mine = np.concatenate([a[tie_a], b[tie_b]])
     if len(mine):
         other = np.concatenate([b[tie_a], a[tie_b]])
-        which = np.concatenate([tie_a, tie_b])
-        order = _order((mine, other), (None, None), size)
-        sorted_mine = mine[order]
-        start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
-        rank = np.arange(len(mine)) - np.repeat(start, np.diff(np.r_[start, len(mine)]))
-        keep[which[order[rank < (k - before[sorted_mine])]]] = True
+        bits = max(1, int(size - 1).bit_length())
+        if 2 * bits <= 63:
+            # The cut-off per image, found in the sorted (image, other) keys (a sort of the keys
+            # alone, no argsort): an image keeps its ties up to the (k - before)-th other image.
+            sorted_keys = np.sort((mine << np.int64(bits)) | other)
+            owners = np.flatnonzero(np.bincount(mine, minlength=size))
+            start = np.searchsorted(sorted_keys, owners << np.int64(bits))
+            end = np.searchsorted(sorted_keys, (owners + 1) << np.int64(bits))
+            last = np.minimum(start + k - before[owners], end) - 1
+            cutoff = np.full(size, -1, np.int64)
+            cutoff[owners] = sorted_keys[last] & np.int64((1 << bits) - 1)
+            kept = other <= cutoff[mine]
+            keep[tie_a[kept[:len(tie_a)]]] = True
+            keep[tie_b[kept[len(tie_a):]]] = True
+        else:
+            which = np.concatenate([tie_a, tie_b])
+            order = np.lexsort((other, mine))
+            sorted_mine = mine[order]
+            start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
+            rank = np.arange(len(mine)) - np.repeat(start, np.diff(np.r_[start, len(mine)]))
+            keep[which[order[rank < (k - before[sorted_mine])]]] = True
     return keep
 
 
@@ -332,7 +377,7 @@ class Dedupe:
     node_rep: np.ndarray  # each node's representative row (its best-ranked)
     accepted: pa.Table  # a < b (nodes), kind, score: every accepted pair of distinct nodes
     candidates: int  # candidate node pairs from the search (after the per-image cap)
-    capped: int  # pairs within the radius the per-image cap left out
+    capped: int  # findings within the radius the per-image cap left out, per route (see candidate_pairs)
     verified: int  # of those, accepted by verification
     rejected: Pairs  # the candidate pairs verification refused (with scores), for review
     clustering: Clustering

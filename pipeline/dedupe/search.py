@@ -287,10 +287,11 @@ def near_pairs(
     max_distance: int,
     *,
     layout: list[tuple[int, int]] | None = None,
+    ordered: bool = True,
 ) -> pa.Table:
     """Every unordered pair of distinct ids whose hashes are within `max_distance` bits
     (identical hashes included, at distance 0): columns a < b (int64) and distance (int8), one row
-    per pair, sorted by (a, b). Ids must be unique. `layout` overrides the chosen bands (it must
+    per pair, sorted by (a, b) (in no given order with `ordered=False`). Ids must be unique. `layout` overrides the chosen bands (it must
     tile the 64 bits; the result is the same, only the speed changes)."""
     ids_np = _as_int64(ids, "ids")
     hashes_np = _as_int64(hashes, "hashes")
@@ -316,8 +317,7 @@ def near_pairs(
             union all
             select x.id as a, y.id as b, 0::tinyint as distance
             from ids x join ids y on x.hash = y.hash and x.id < y.id
-            order by a, b
-            """
+            """ + (" order by a, b" if ordered else "")
         ).to_arrow_table()
     finally:
         con.close()

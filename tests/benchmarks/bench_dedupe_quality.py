@@ -76,6 +76,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
+import pipeline  # noqa: E402,F401  (its process settings, before NumPy loads, as in every rewardhouse process)
 
 import photoset  # noqa: E402
 import plainset  # noqa: E402

@@ -23,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+import pipeline  # noqa: E402,F401  (its process settings, before NumPy loads, as in every rewardhouse process)
 
 PLANTED = 1_000
 TARGET_SECONDS = 30.0
@@ -206,7 +207,7 @@ def main() -> None:
                              capture_output=True, text=True, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"  {mix:<8} {res['seconds']:6.1f}s  searched {res['searched']:,} of {res['n']:,}  candidates "
-              f"{res['candidates']:,} (+{res['capped']:,} beyond the per-image cap)  planted recall {res['recall']:.1%}  "
+              f"{res['candidates']:,} (+{res['capped']:,} findings beyond the per-image caps)  planted recall {res['recall']:.1%}  "
               f"peak RSS {res['peak_rss_mb']:.0f} MB  -> target < {TARGET_SECONDS:.0f}s "
               f"{'MET' if res['seconds'] < TARGET_SECONDS and res['recall'] == 1.0 else 'NOT MET'}")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+import pipeline  # noqa: E402,F401  (its process settings, before NumPy loads, as in every rewardhouse process)
 
 GOAL_PAIRS, GOAL_SECONDS = 100_000, 5.0
 
