@@ -641,3 +641,39 @@ def test_capping_each_route_as_it_comes_keeps_the_pairs_a_cap_over_all_routes_ke
             assert set(zip(got.a.tolist(), got.b.tolist(), got.route.tolist(), got.distance.tolist())) == expected, (trial, k)
             # findings left out: each pair left out at least once (more when several routes found it)
             assert len(got) == len(expected) and got.capped >= len(everything) - len(got) > 0, (trial, k)
+
+
+def _decide_on_map(per_cell: int, quiet_max: float) -> np.ndarray:
+    """kernels._decide on a hand-made 128 px residual map: a plain sky over three quarters of the
+    frame, textured content below it, and 3 x 3 cells of that content each holding `per_cell`
+    differing pixels on a diagonal (a region hiding 14 % of the content, differing over little of it)."""
+    from pipeline.dedupe import kernels
+
+    side, r = 128, DEFAULT_RULE
+    x = np.full((side, side), 230.0)
+    x[96:, :] = np.random.default_rng(0).integers(0, 256, (32, side))
+    background = np.ones((side, side), bool)
+    background[96:, :] = False
+    diff = np.zeros((side, side), bool)
+    for ci in range(12, 15):
+        for cj in range(4, 7):
+            for k in range(per_cell):
+                diff[ci * 8 + k, cj * 8 + k] = True
+    f, box = np.zeros(12), np.zeros(4, np.int64)
+    kernels._decide(x, x.copy(), diff, background, background.copy(), side, r.cell_min, r.region_max, r.hidden_max,
+                    r.stray_max, r.hidden_small, r.fill_min, r.flat_max, r.edges_min, r.band_max, r.banner, r.photo_fill,
+                    r.seam_max, quiet_max, False, False, f, box)
+    return f
+
+
+def test_a_region_that_differs_over_little_of_its_box_passes_only_when_little_of_the_frame_differs():
+    """The fill test refuses a region hiding more than hidden_small of the content that differs over
+    less than fill_min of its box (a slice turned); a pair where at most quiet_max of the frame
+    differs in all is let through it (a crop's resampling around fine detail under a plain sky).
+    The same region with twice the differing pixels stays refused."""
+    quiet = _decide_on_map(3, DEFAULT_RULE.quiet_max)
+    assert quiet[3] <= DEFAULT_RULE.quiet_max and quiet[5] > DEFAULT_RULE.hidden_small and quiet[6] < DEFAULT_RULE.fill_min
+    assert quiet[0] == 1 and quiet[1] == 1  # accepted, as an overlay of that region
+    assert _decide_on_map(3, 0.0)[0] == 0  # the waiver off: the fill test refuses it
+    louder = _decide_on_map(6, DEFAULT_RULE.quiet_max)
+    assert louder[3] > DEFAULT_RULE.quiet_max and louder[0] == 0

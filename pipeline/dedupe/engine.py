@@ -43,7 +43,7 @@ from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_compo
 from pipeline.dedupe.search import near_pairs
 from pipeline.dedupe.verify import DEFAULT_RULE, Rule, Sides, compare_rows
 
-ENGINE_VERSION = "16"  # bump when a decision can change: part of the staged result's key
+ENGINE_VERSION = "17"  # bump when a decision can change: part of the staged result's key
 DEGENERATE_BITS = 8
 MAX_CANDIDATES_PER_IMAGE = 16  # nearest candidates kept per image (crowded look-alikes; see _nearest)
 BATCH = 2048  # pairs verified at once: memory is BATCH x 2 thumbnails x a few float copies

@@ -161,8 +161,8 @@ def explain_pair(a: Path, b: Path, max_distance: int = DEFAULT_MAX_DISTANCE) -> 
                  f"{r.chroma_tol:g} beyond the half-pixel envelope); largest region "
                  + (f"{e['region']}: {e['region_share'] * 100:.1f} % of the frame (<= {r.region_max * 100:g} %), "
                     f"{e['hidden'] * 100:.1f} % of the content (<= {r.hidden_max * 100:g} %; above "
-                    f"{r.hidden_small * 100:g} % it must differ over >= {r.fill_min * 100:g} % of its box: "
-                    f"{e['fill'] * 100:.0f} %)" if e["region"] else "none")
+                    f"{r.hidden_small * 100:g} % it must differ over >= {r.fill_min * 100:g} % of its box, unless "
+                    f"<= {r.quiet_max * 100:g} % of the frame differs: {e['fill'] * 100:.0f} %)" if e["region"] else "none")
                  + f"; outside it {e['stray'] * 100:.2f} % (<= {r.stray_max * 100:g} %)"
                  + (f"; its inside flat in both images {e['flat'] * 100:.0f} % (<= {r.flat_max * 100:g} %, or edges "
                     f"over {e['edges'] * 100:.2f} % of the frame >= {r.edges_min * 100:g} %); the image that "

@@ -660,7 +660,7 @@ def _seam(x, y, ty0, ty1, tx0, tx1):
 @njit(**_JIT)
 def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_min_64, region_max, hidden_max,
                stray_max, hidden_small, fill_min, quarters, flat_max, edges_min, full, band_max, banner, photo_fill,
-               seam_max, res_f, res_box):
+               seam_max, quiet_max, res_f, res_box):
     """One pair's residual map and what it says (verify.py's module docstring, steps 2 and 3). la, lb: 128 px luma;
     cb*, cr*: 32 px chroma; al: the alignment; side 64 or 128. Writes res_f = (accepted, region,
     score, differing, box_share, hidden, fill, stray, flat, edges, seam, refused by the flat test
@@ -681,7 +681,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
         bga, bgb = background(xa, *envelope(xa, 2)), background(xb, *envelope(xb, 2))
     drawn_a, drawn_b = _drawn(xa), _drawn(xb)
     _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box)
+            flat_max, edges_min, band_max, banner, photo_fill, seam_max, quiet_max, drawn_a, drawn_b, res_f, res_box)
     ba, ca = _coloured(cba, cra)
     bb, cb = _coloured(cbb, crb)
     # Colour only adds differing pixels: a pair whose luma already differs over too large a region,
@@ -715,7 +715,7 @@ def judge_pair(la, lb, cba, cbb, cra, crb, al, side, luma_tol, chroma_tol, cell_
                         added = True
     if added:
         _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-                flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box)
+                flat_max, edges_min, band_max, banner, photo_fill, seam_max, quiet_max, drawn_a, drawn_b, res_f, res_box)
 
 
 CLIP = 6  # levels from 0 or 255: an RGB channel there may have been clipped (its chroma pulled towards grey)
@@ -791,7 +791,7 @@ def _saturation_table(cba, cra, cbb, crb, diff, up):
 
 @njit(**_JIT)
 def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, stray_max, hidden_small, fill_min,
-            flat_max, edges_min, band_max, banner, photo_fill, seam_max, drawn_a, drawn_b, res_f, res_box):
+            flat_max, edges_min, band_max, banner, photo_fill, seam_max, quiet_max, drawn_a, drawn_b, res_f, res_box):
     """The verdict on a residual map (verify.py's module docstring, step 3) into res_f and res_box;
     drawn_a, drawn_b: whether each image has a drawn background (_drawn), read once per pair."""
     cpx = side // CELLS
@@ -867,7 +867,11 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
     # window is one grey, kernels._drawn) needs no fill when `photo_fill` is off: thin letters over
     # a band of a picture differ over little of it
     photo = content_px == side * side and not (drawn_a or drawn_b)
-    covers = hidden <= hidden_small or fill >= fill_min or band or (photo and not photo_fill)
+    # a pair where at most quiet_max of the frame differs in all needs no fill either: a region that
+    # hides much of the content but differs over so little of it is what resampling or a crop leaves
+    # around fine detail (a photo with a plain sky), not a slice turned or a bar grown
+    covers = (hidden <= hidden_small or fill >= fill_min or band or (photo and not photo_fill)
+              or diff_px <= quiet_max * side * side)
     # a banner (the region spans the frame's width at its top or bottom, or its height at a side)
     # is put over the picture, never a bar grown or a slice turned: when `banner`, it may be flat
     y0, y1, x0, x1 = res_box[0], res_box[1], res_box[2], res_box[3]
@@ -892,14 +896,16 @@ def _decide(xa, xb, diff, bga, bgb, side, cell_min_64, region_max, hidden_max, s
 def judge_pairs(la, lb, cba, cbb, cra, crb, aligns, side, params, res_f, res_box):
     """judge_pair for every pair of a batch (arrays with the pair on axis 0); params is
     (luma_tol, chroma_tol, cell_min, region_max, hidden_max, stray_max, hidden_small, fill_min, shift,
-    flat_max, edges_min, contrast_full, band_max, banner, photo_fill, seam_max) with shift in pixels (quarters of one)."""
-    if params.shape[0] != 16 or res_f.shape[1] != 12 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
-        raise ValueError("judge_pairs: params (16), res_f (pairs, 12) and res_box (pairs, 4) are required")
+    flat_max, edges_min, contrast_full, band_max, banner, photo_fill, seam_max, quiet_max) with shift in pixels
+    (quarters of one)."""
+    if params.shape[0] != 17 or res_f.shape[1] != 12 or res_box.shape[1] != 4 or res_f.shape[0] < la.shape[0]:
+        raise ValueError("judge_pairs: params (17), res_f (pairs, 12) and res_box (pairs, 4) are required")
     quarters = max(1, int(round(params[8] * 4)))
     for k in range(la.shape[0]):
         judge_pair(la[k], lb[k], cba[k], cbb[k], cra[k], crb[k], aligns[k], side, params[0], params[1],
                    int(params[2]), params[3], params[4], params[5], params[6], params[7], quarters, params[9],
-                   params[10], params[11], params[12], params[13] > 0, params[14] > 0, params[15], res_f[k], res_box[k])
+                   params[10], params[11], params[12], params[13] > 0, params[14] > 0, params[15], params[16], res_f[k],
+                   res_box[k])
 
 
 # ---- alignment: where does b's frame lie in a's? ------------------------------------------------
@@ -1276,7 +1282,7 @@ def warm() -> None:
     lb[0, 40:50, 40:50] = 30
     c = np.full((1, 32, 32), 128, np.uint8)
     al = np.array([[0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]], np.float32)
-    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0, 1.0, 0.35])
+    params = np.array([12.0, 16.0, 3.0, 0.35, 0.5, 0.004, 0.1, 0.5, 0.5, 0.9, 1.0, 1.0, 0.0, 0.0, 1.0, 0.35, 0.002])
     for side in (64, 128):
         judge_pairs(la, lb, c, c, c, c, al, side, params, np.zeros((1, 12)), np.zeros((1, 4), np.int64))
     align_pairs(la, lb, np.tile(al.astype(np.float64), (1, 1)), np.zeros(1, np.bool_))

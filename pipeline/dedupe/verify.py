@@ -61,7 +61,9 @@ batches the pairs over the cores.
                   the picture, a watermark, differs over little of its box; and unless both
                   images are photos, all content and neither a screenshot (kernels._drawn),
                   and `photo_fill` is off: the test keeps a
-                  pie slice turned from passing as a caption, and a photo has no such slices),
+                  pie slice turned from passing as a caption, and a photo has no such slices;
+                  and unless at most `quiet_max` of the frame differs in all: what a crop's
+                  resampling leaves around fine detail, in a picture with a plain sky),
                   and its interior
                   is not flat in both images over more than `flat_max` (unless `edges_min` of the frame inside
                   its box is not flat, or, when `banner`, it spans the frame's width at its top
@@ -147,6 +149,7 @@ class Rule:
     banner: bool = True  # a region across the frame's width at its top or bottom (or its height at a side) may be flat
     photo_fill: bool = False  # the fill test applies to photos too (False: only where either image has a plain background)
     seam_max: float = 0.35  # a region is put over the picture when one image continues across its sides but this share of the worst one (figures)
+    quiet_max: float = 0.002  # a pair where at most this share of the frame differs needs no fill (step 3)
     fine_stray: int = 11  # the second look (fine.py): this many differing cells (of 32 x 32) outside the one region refuse
 
 
@@ -165,6 +168,8 @@ def tuning_grid() -> list[Rule]:
     out += [replace(base, fine_stray=n) for n in (8, 14, 18)] + [replace(base, photo_fill=True)]
     # the seam test (kernels._seam), off (1.0) and around the default
     out += [replace(base, seam_max=x) for x in (0.2, 0.5, 1.0)]
+    # the quiet pair's waiver of the fill test, off (0) and around the default
+    out += [replace(base, quiet_max=x) for x in (0.0, 0.001, 0.004)]
     return out
 
 
@@ -218,7 +223,7 @@ def identity(a: np.ndarray, b: np.ndarray, aligns: np.ndarray, rule: Rule = DEFA
     params = np.array([rule.luma_tol, rule.chroma_tol, rule.cell_min, rule.region_max, rule.hidden_max,
                        rule.stray_max, rule.hidden_small, rule.fill_min, rule.shift, rule.flat_max,
                        rule.edges_min, rule.contrast_full, rule.band_max, float(rule.banner),
-                       float(rule.photo_fill), rule.seam_max], np.float64)
+                       float(rule.photo_fill), rule.seam_max, rule.quiet_max], np.float64)
     f = np.zeros((n, 12), np.float64)
     box = np.zeros((n, 4), np.int64)
     kernels.judge_pairs(la, lb, cba, cbb, cra, crb, al, side, params, f, box)
