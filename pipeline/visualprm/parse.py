@@ -27,11 +27,12 @@ FORMATS = ("internvl", "chat", "raw")
 # One pass per concern; each `problem_*` view yields (sample_id, rank, reason) and a row's first
 # problem (lowest rank, then turn) is its quarantine reason.
 _SQL = r"""
+-- Each document's JSON type in one parse (`try`: null where it is not JSON); valid_json is
+-- json_valid's answer (null for a null document).
 create or replace temp table prm_rows as
 select sample_id, source_hint, messages, coalesce(image_refs, []) as image_refs, row_order,
-       json_valid(messages) as valid_json,
-       case when json_valid(messages) then json_type(messages) end as jtype
-from prm_input;
+       case when messages is not null then jtype is not null end as valid_json, jtype
+from (select *, try(json_type(messages)) as jtype from prm_input);
 
 create or replace temp table prm_problems (sample_id varchar, row_order bigint, rank int, reason varchar);
 
@@ -141,9 +142,11 @@ select sample_id, row_order, 2,
             else 'step ' || step_index || ' has no numeric score' end
 from prm_raw_steps where text is null or mc_score is null;
 
+-- An empty array: the one conversation with no turn in prm_dialog (no third parse of the text).
 insert into prm_problems
-select sample_id, row_order, 3, 'conversation has no steps'
-from prm_rows where valid_json and jtype = 'ARRAY' and json_array_length(messages) = 0;
+select r.sample_id, r.row_order, 3, 'conversation has no steps'
+from prm_rows r anti join prm_dialog d on d.row_order = r.row_order
+where r.valid_json and r.jtype = 'ARRAY';
 
 insert into prm_problems
 select r.sample_id, r.row_order, 3, 'steps_with_score is empty'
