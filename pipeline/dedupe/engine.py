@@ -210,27 +210,20 @@ def _nearest_of(a: np.ndarray, b: np.ndarray, distance: np.ndarray, k: int, size
     mine = np.concatenate([a[tie_a], b[tie_b]])
     if len(mine):
         other = np.concatenate([b[tie_a], a[tie_b]])
+        # The ties sorted by (image, other): one sort of packed keys (two node numbers fit one int64
+        # below 2^31 images; the per-image counts above would not fit memory long before that).
         bits = max(1, int(size - 1).bit_length())
-        if 2 * bits <= 63:
-            # The cut-off per image, found in the sorted (image, other) keys (a sort of the keys
-            # alone, no argsort): an image keeps its ties up to the (k - before)-th other image.
-            sorted_keys = np.sort((mine << np.int64(bits)) | other)
-            owners = np.flatnonzero(np.bincount(mine, minlength=size))
-            start = np.searchsorted(sorted_keys, owners << np.int64(bits))
-            end = np.searchsorted(sorted_keys, (owners + 1) << np.int64(bits))
-            last = np.minimum(start + k - before[owners], end) - 1
-            cutoff = np.full(size, -1, np.int64)
-            cutoff[owners] = sorted_keys[last] & np.int64((1 << bits) - 1)
-            kept = other <= cutoff[mine]
-            keep[tie_a[kept[:len(tie_a)]]] = True
-            keep[tie_b[kept[len(tie_a):]]] = True
-        else:
-            which = np.concatenate([tie_a, tie_b])
-            order = np.lexsort((other, mine))
-            sorted_mine = mine[order]
-            start = np.r_[0, np.flatnonzero(sorted_mine[1:] != sorted_mine[:-1]) + 1]
-            rank = np.arange(len(mine)) - np.repeat(start, np.diff(np.r_[start, len(mine)]))
-            keep[which[order[rank < (k - before[sorted_mine])]]] = True
+        packed = np.sort((mine << np.int64(bits)) | other)
+        by_mine, by_other = packed >> np.int64(bits), packed & np.int64((1 << bits) - 1)
+        # Each image keeps its ties up to its (k - before)-th other image: that one is its cut-off.
+        owners = np.flatnonzero(np.bincount(mine, minlength=size))
+        start = np.searchsorted(by_mine, owners)
+        end = np.searchsorted(by_mine, owners, side="right")
+        cutoff = np.full(size, -1, np.int64)
+        cutoff[owners] = by_other[np.minimum(start + k - before[owners], end) - 1]
+        kept = other <= cutoff[mine]
+        keep[tie_a[kept[:len(tie_a)]]] = True
+        keep[tie_b[kept[len(tie_a):]]] = True
     return keep
 
 

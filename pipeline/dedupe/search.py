@@ -291,8 +291,9 @@ def near_pairs(
 ) -> pa.Table:
     """Every unordered pair of distinct ids whose hashes are within `max_distance` bits
     (identical hashes included, at distance 0): columns a < b (int64) and distance (int8), one row
-    per pair, sorted by (a, b) (in no given order with `ordered=False`). Ids must be unique. `layout` overrides the chosen bands (it must
-    tile the 64 bits; the result is the same, only the speed changes)."""
+    per pair, sorted by (a, b) (in no given order with `ordered=False`). Ids must be unique.
+    `layout` overrides the chosen bands (it must tile the 64 bits; the result is the same, only the
+    speed changes)."""
     ids_np = _as_int64(ids, "ids")
     hashes_np = _as_int64(hashes, "hashes")
     if len(ids_np) != len(hashes_np):
