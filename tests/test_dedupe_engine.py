@@ -677,3 +677,30 @@ def test_a_region_that_differs_over_little_of_its_box_passes_only_when_little_of
     assert _decide_on_map(3, 0.0)[0] == 0  # the waiver off: the fill test refuses it
     louder = _decide_on_map(6, DEFAULT_RULE.quiet_max)
     assert louder[3] > DEFAULT_RULE.quiet_max and louder[0] == 0
+
+
+def test_one_row_per_pair_keeps_the_smallest_distance_then_the_earliest_route_by_either_sort():
+    """engine._one_per_pair: every unordered pair found on several routes (either way round) is kept
+    once, at its smallest distance and, among those, its earliest route, sorted by (lo, hi); the
+    packed-key sort and the lexsort it falls back to beyond 2^26 nodes (forced by a large n) agree
+    with a plain reading of the findings."""
+    from pipeline.dedupe.engine import _one_per_pair
+
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        nodes = int(rng.integers(2, 60))
+        m = int(rng.integers(0, 400))
+        a = rng.integers(0, nodes, m).astype(np.int64)
+        b = rng.integers(0, nodes, m).astype(np.int64)
+        b = np.where(a == b, (b + 1) % nodes, b)
+        dist = rng.integers(0, 33, m).astype(np.int16)
+        route = rng.integers(0, 5, m).astype(np.int8)
+        best = {}
+        for x, y, d, r in zip(a.tolist(), b.tolist(), dist.tolist(), route.tolist()):
+            key = (min(x, y), max(x, y))
+            best[key] = min(best.get(key, (d, r)), (d, r))
+        expected = [(lo, hi, r, d) for (lo, hi), (d, r) in sorted(best.items())]
+        for n in (nodes, 2 ** 40):
+            lo, hi, r, d = _one_per_pair(a, b, dist, route, n)
+            assert r.dtype == np.int8 and d.dtype == np.int16
+            assert list(zip(lo.tolist(), hi.tolist(), r.tolist(), d.tolist())) == expected, (trial, n)

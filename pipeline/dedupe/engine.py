@@ -145,14 +145,7 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     b = np.concatenate([p[1] for p in parts])
     route = np.concatenate([p[2] for p in parts])
     dist = np.concatenate([p[3] for p in parts])
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    # One row per pair: the smallest distance, then the earliest route (one packed key sorted when
-    # the node numbers fit it: a sort of 20M int64 keys takes a fraction of a four-key lexsort).
-    order = _order((lo, hi, dist, route), (None, None, 8, 3), n)
-    lo, hi, route, dist = lo[order], hi[order], route[order], dist[order]
-    first = np.ones(len(lo), bool)
-    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
-    pairs = Pairs(lo[first], hi[first], route[first], dist[first])
+    pairs = Pairs(*_one_per_pair(a, b, dist, route, n))
     # `capped` counts findings: a pair a route's cap left out counts for that route (even when
     # another route brought it in), and the final cap's leavings once. Counting distinct pairs
     # would take the dedupe of every finding that the caps are there to avoid.
@@ -161,18 +154,40 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     return _subset(pairs, keep) if not keep.all() else pairs
 
 
-def _order(keys: tuple, bits: tuple, n: int) -> np.ndarray:
-    """np.lexsort of non-negative integer keys, most significant first (lexsort's last): node
-    numbers (bits None: below n) and small fields of the given bits. When they all fit one int64,
-    one argsort of the packed key gives the same order, but for rows equal in every key."""
+ROUTE_BITS, DISTANCE_BITS = 3, 8  # a route number (0..4) and a distance (0..32) in the packed key
+
+
+def _one_per_pair(a: np.ndarray, b: np.ndarray, dist: np.ndarray, route: np.ndarray, n: int):
+    """One row per unordered pair of nodes below n: the smallest distance, then the earliest route;
+    returned as (lo, hi, route, dist) sorted by (lo, hi). When two node numbers, the distance and
+    the route fit one int64, that key is sorted itself and read back (7.7 M crowded findings: 3.3 s
+    for an argsort of it and the gathers after, against 0.9 s); otherwise a lexsort of the columns
+    (more than 2^26 nodes)."""
     node_bits = max(1, int(n - 1).bit_length())
-    widths = [node_bits if w is None else w for w in bits]
-    if sum(widths) > 63:
-        return np.lexsort(tuple(reversed(keys)))
-    packed = np.zeros(len(keys[0]), np.int64)
-    for key, w in zip(keys, widths):
-        packed = (packed << np.int64(w)) | np.asarray(key, np.int64)
-    return np.argsort(packed)
+    low = ROUTE_BITS + DISTANCE_BITS
+    if len(a) == 0 or 2 * node_bits + low > 63:
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        order = np.lexsort((route, dist, hi, lo))
+        lo, hi, route, dist = lo[order], hi[order], route[order], dist[order]
+        first = np.ones(len(lo), bool)
+        first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+        return lo[first], hi[first], route[first], dist[first]
+    key = np.minimum(a, b).astype(np.int64)
+    key <<= np.int64(node_bits)
+    key |= np.maximum(a, b)
+    key <<= np.int64(DISTANCE_BITS)
+    key |= dist.astype(np.int64)
+    key <<= np.int64(ROUTE_BITS)
+    key |= route.astype(np.int64)
+    key.sort()
+    pair = key >> np.int64(low)
+    first = np.ones(len(key), bool)
+    first[1:] = pair[1:] != pair[:-1]
+    del pair
+    key = key[first]
+    return (key >> np.int64(low + node_bits), (key >> np.int64(low)) & np.int64((1 << node_bits) - 1),
+            (key & np.int64((1 << ROUTE_BITS) - 1)).astype(np.int8),
+            ((key >> np.int64(ROUTE_BITS)) & np.int64((1 << DISTANCE_BITS) - 1)).astype(np.int16))
 
 
 def _nearest(pairs: Pairs, k: int) -> np.ndarray:
@@ -188,42 +203,19 @@ def _nearest_of(a: np.ndarray, b: np.ndarray, distance: np.ndarray, k: int, size
     Without sorting every pair from both ends (12.6 s and 1.5 GB for 11 M pairs): each image's
     pairs are counted per distance, which gives its threshold distance (the k-th nearest's); a pair
     nearer than the threshold of either image is kept, one farther from both is not, and only the
-    pairs at an image's threshold are ranked, by the other image's number: one sort of their packed
-    (image, other) keys gives each image's cut-off (5.3 M crowded pairs: 2.3 s -> 1.5 s against an
-    argsort of the ties)."""
+    pairs at an image's threshold are ranked, by the other image's number. The loops are compiled
+    (capkernel.nearest_keep): the same arithmetic as whole-array numpy made temporaries of every
+    pair and of every image x distance (5.3 M crowded pairs: 1.6-5 s, most of it fresh pages
+    zeroed, against 0.3 s)."""
+    from pipeline.dedupe.capkernel import nearest_keep
+
     n = len(a)
     keep = np.zeros(n, bool)
     if n == 0:
         return keep
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    dist = np.asarray(distance, np.int64)
     size = int(max(a.max(), b.max())) + 1 if size is None else size
-    levels = int(dist.max()) + 1
-    counts = (np.bincount(a * levels + dist, minlength=size * levels)
-              + np.bincount(b * levels + dist, minlength=size * levels)).reshape(size, levels)
-    upto = np.cumsum(counts, axis=1)  # an image's pairs at this distance or nearer
-    threshold = (upto < k).sum(axis=1)  # the k-th nearest's distance (levels: fewer than k pairs)
-    before = np.where(threshold > 0, upto[np.arange(size), np.maximum(threshold - 1, 0)], 0)
-    keep[(dist < threshold[a]) | (dist < threshold[b])] = True
-    # Pairs at an image's threshold: the (k - before) of them with the smallest other image's number.
-    tie_a, tie_b = np.flatnonzero(dist == threshold[a]), np.flatnonzero(dist == threshold[b])
-    mine = np.concatenate([a[tie_a], b[tie_b]])
-    if len(mine):
-        other = np.concatenate([b[tie_a], a[tie_b]])
-        # The ties sorted by (image, other): one sort of packed keys (two node numbers fit one int64
-        # below 2^31 images; the per-image counts above would not fit memory long before that).
-        bits = max(1, int(size - 1).bit_length())
-        packed = np.sort((mine << np.int64(bits)) | other)
-        by_mine, by_other = packed >> np.int64(bits), packed & np.int64((1 << bits) - 1)
-        # Each image keeps its ties up to its (k - before)-th other image: that one is its cut-off.
-        owners = np.flatnonzero(np.bincount(mine, minlength=size))
-        start = np.searchsorted(by_mine, owners)
-        end = np.searchsorted(by_mine, owners, side="right")
-        cutoff = np.full(size, -1, np.int64)
-        cutoff[owners] = by_other[np.minimum(start + k - before[owners], end) - 1]
-        kept = other <= cutoff[mine]
-        keep[tie_a[kept[:len(tie_a)]]] = True
-        keep[tie_b[kept[len(tie_a):]]] = True
+    nearest_keep(a, b, np.asarray(distance).astype(np.int16, copy=False), int(k), int(size), keep)
     return keep
 
 

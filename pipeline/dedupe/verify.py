@@ -670,10 +670,12 @@ def explain(a: np.ndarray, b: np.ndarray, aspect_a: float | None = None, aspect_
 
 def warm() -> None:
     """Compile (or load from the cache) every compiled loop a pair can meet: the first look's
-    (kernels.py) and the second look's (fine.py), and the signature's (sigkernels.py). A new
-    checkout pays the compilation here, once, rather than inside a timed step."""
-    from pipeline.dedupe import fine, hashing, kernels
+    (kernels.py) and the second look's (fine.py), the signature's (sigkernels.py) and the
+    candidate search's per-image cap (capkernel.py). A new checkout pays the compilation here,
+    once, rather than inside a timed step."""
+    from pipeline.dedupe import capkernel, fine, hashing, kernels
 
     kernels.warm()
     fine.warm()
     hashing.warm()
+    capkernel.warm()
