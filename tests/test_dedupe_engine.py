@@ -680,10 +680,10 @@ def test_a_region_that_differs_over_little_of_its_box_passes_only_when_little_of
 
 
 def test_one_row_per_pair_keeps_the_smallest_distance_then_the_earliest_route_by_either_sort():
-    """engine._one_per_pair: every unordered pair found on several routes (either way round) is kept
-    once, at its smallest distance and, among those, its earliest route, sorted by (lo, hi); the
-    packed-key sort and the lexsort it falls back to beyond 2^26 nodes (forced by a large n) agree
-    with a plain reading of the findings."""
+    """engine._one_per_pair: every unordered pair found on several routes (either way round, in
+    parts) is kept once, at its smallest distance and, among those, its earliest route, sorted by
+    (lo, hi); the packed-key sort and the lexsort it falls back to beyond 2^26 nodes (forced by a
+    large n) agree with a plain reading of the findings, and the parts are let go."""
     from pipeline.dedupe.engine import _one_per_pair
 
     rng = np.random.default_rng(3)
@@ -701,6 +701,9 @@ def test_one_row_per_pair_keeps_the_smallest_distance_then_the_earliest_route_by
             best[key] = min(best.get(key, (d, r)), (d, r))
         expected = [(lo, hi, r, d) for (lo, hi), (d, r) in sorted(best.items())]
         for n in (nodes, 2 ** 40):
-            lo, hi, r, d = _one_per_pair(a, b, dist, route, n)
+            cut = sorted(rng.integers(0, m + 1, 2).tolist())
+            parts = [(a[i:j], b[i:j], route[i:j], dist[i:j]) for i, j in zip([0, *cut], [*cut, m])]
+            lo, hi, r, d = _one_per_pair(parts, n)
+            assert parts == []
             assert r.dtype == np.int8 and d.dtype == np.int16
             assert list(zip(lo.tolist(), hi.tolist(), r.tolist(), d.tolist())) == expected, (trial, n)

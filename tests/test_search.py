@@ -268,3 +268,109 @@ def test_search_then_components_end_to_end():
     pairs = near_pairs(np.arange(4), hashes, 2)
     labels = connected_components(4, pairs["a"].to_numpy(), pairs["b"].to_numpy())
     assert labels.tolist() == [0, 0, 0, 3]
+
+
+def _crowd(seed: int, n: int, templates: int, bits: int = 3) -> np.ndarray:
+    """n hashes in `templates` families, each its template with up to `bits` bits flipped: every
+    family a clique of pairs within 2 * bits."""
+    rng = np.random.default_rng(seed)
+    t = rng.integers(-2**63, 2**63 - 1, templates, dtype=np.int64)
+    masks = np.zeros(n, np.uint64)
+    for _ in range(bits):
+        masks |= np.uint64(1) << rng.integers(0, 64, n).astype(np.uint64)
+    return (t[rng.integers(0, templates, n)].view(np.uint64) ^ masks).view(np.int64)
+
+
+def test_near_pairs_read_in_batches_are_the_pairs_read_at_once_and_leave_nothing_behind(tmp_path, monkeypatch):
+    """search.NearPairs: its batches (read twice, in batches of a few pairs) hold exactly the pairs
+    of its table and of brute force; leaving it removes its spill folder."""
+    import tempfile
+
+    from pipeline.dedupe.search import SPILL_PREFIX, NearPairs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ids, hashes = planted_hashes(3, 400, 6)
+    a, b, d = brute_force(ids, hashes, 6)
+    expected = sorted(zip(a.tolist(), b.tolist(), d.tolist()))
+    with NearPairs(ids, hashes, 6) as found:
+        assert [p.name.startswith(SPILL_PREFIX) for p in tmp_path.iterdir()] == [True]
+        for _ in range(2):
+            got = [(x, y, z) for ba, bb, bd in found.batches(rows=37) for x, y, z in zip(ba.tolist(), bb.tolist(), bd.tolist())]
+            assert sorted(got) == expected
+        assert [tuple(r.values()) for r in found.table().to_pylist()] == expected
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("limit", ["64MB", "8MB"])
+def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_the_same_pairs(limit, tmp_path, monkeypatch):
+    """Crowds of look-alikes (6,000 hashes in 6 families: millions of pairs) searched under a DuckDB
+    memory limit far below their pairs: at 64 MB DuckDB spills to the search's folder, at 8 MB a
+    step cannot fit and the search runs again without the limit; either way the engine keeps the
+    same candidates as without a limit, and no spill folder is left."""
+    import tempfile
+
+    from pipeline.dedupe import search
+    from pipeline.dedupe.engine import candidate_pairs
+
+    routes = [_crowd(seed, 6000, 6) for seed in range(4)]
+    free = candidate_pairs(*routes, np.ones(6000, bool), 8)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(search, "MEMORY_LIMIT", limit)
+    limits, own = [], search._connect
+
+    def connect(spill=None):
+        con = own(spill)
+        limits.append(con.execute("select current_setting('memory_limit')").fetchall()[0][0])
+        return con
+
+    spilled, close = [], search.NearPairs.close
+
+    def closing(self):
+        if self.con is not None:
+            spilled.append(self.con.execute("select coalesce(sum(size), 0) from duckdb_temporary_files()").fetchall()[0][0])
+        close(self)
+
+    monkeypatch.setattr(search, "_connect", connect)
+    monkeypatch.setattr(search.NearPairs, "close", closing)
+    tight = candidate_pairs(*routes, np.ones(6000, bool), 8)
+    assert free.capped > 1_000_000 and tight.capped == free.capped
+    for x, y in ((free.a, tight.a), (free.b, tight.b), (free.route, tight.route), (free.distance, tight.distance)):
+        assert np.array_equal(x, y)
+    import duckdb
+
+    with duckdb.connect(config={"memory_limit": limit}) as con:
+        limited = con.execute("select current_setting('memory_limit')").fetchall()[0][0]
+    assert limits[0] == limited
+    if limit == "64MB":  # kept to the limit by writing to its folder
+        assert limits.count(limited) == len(limits) and max(spilled) > 10_000_000
+    else:  # started again without the limit
+        assert any(x != limited for x in limits)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_spill_folders_of_processes_gone_are_removed_once_untouched(tmp_path, monkeypatch):
+    """search.spill_folder removes the folder of a process that is gone (a search killed before
+    DuckDB could remove its files) once it has been untouched for SPILL_STALE, and leaves a recent
+    one and a live process's; it names its own after this process."""
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    from pipeline.dedupe.search import SPILL_PREFIX, SPILL_STALE, spill_folder
+    from pipeline.liveness import process_start
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    old, recent = tmp_path / f"{SPILL_PREFIX}{gone.pid}-12345-a", tmp_path / f"{SPILL_PREFIX}{gone.pid}-12345-b"
+    live = tmp_path / f"{SPILL_PREFIX}{os.getpid()}-{int(process_start(os.getpid()))}-c"
+    for folder in (old, recent, live):
+        folder.mkdir()
+        (folder / "duckdb_temp_storage-0.tmp").write_bytes(b"x" * 100)
+    stale = time.time() - SPILL_STALE - 60
+    os.utime(old, (stale, stale))
+    os.utime(live, (stale, stale))
+    mine = spill_folder()
+    assert not old.exists() and recent.exists() and live.exists()
+    assert mine is not None and os.path.basename(mine).startswith(f"{SPILL_PREFIX}{os.getpid()}-")

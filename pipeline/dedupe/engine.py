@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.dedupe.clusters import canonical_rank, cluster_id, connected_components
-from pipeline.dedupe.search import near_pairs
+from pipeline.dedupe.search import NearPairs
 from pipeline.dedupe.verify import DEFAULT_RULE, Rule, Sides, compare_rows
 
 ENGINE_VERSION = "17"  # bump when a decision can change: part of the staged result's key
@@ -90,10 +90,67 @@ def routed(hashes: np.ndarray) -> np.ndarray:
     return popcount(hashes) >= DEGENERATE_BITS
 
 
-def _route(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    keep = routed(hashes)
-    found = near_pairs(ids[keep], hashes[keep], max_distance, ordered=False)
-    return found["a"].to_numpy(), found["b"].to_numpy(), found["distance"].to_numpy().astype(np.int16)
+def _capped(ids: np.ndarray, hashes: np.ndarray, max_distance: int, k: int, size: int,
+            split: Callable[[np.ndarray, np.ndarray, np.ndarray], list[tuple[np.ndarray, np.ndarray, np.ndarray]]],
+            routes: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], int]:
+    """One search (the routed `hashes` of `ids`), its pairs split by `split` into `routes` routes
+    of node pairs (nodes below `size`), each route capped per image (`_nearest_of`'s rule): the
+    kept (a, b, distance) of each route and how many pairs the caps left out. The search's pairs
+    stay in DuckDB (search.NearPairs) and are read twice, batch by batch: once to count each
+    image's pairs per distance, once to keep those nearer than either image's k-th and to rank
+    those at it (capkernel). Memory holds the counts, one batch, and the pairs kept or tied, never
+    every pair a crowd of look-alikes makes."""
+    from pipeline.dedupe import capkernel as ck
+
+    searched = routed(hashes)
+    levels = max_distance + 1
+    kept: list[list] = [[] for _ in range(routes)]
+    tied: list[list] = [[] for _ in range(routes)]
+    total = 0
+    with NearPairs(ids[searched], hashes[searched], max_distance) as found:
+        counts = [np.zeros((size, levels), np.int32) for _ in range(routes)]
+        for batch in found.batches():
+            for r, (a, b, d) in enumerate(split(*batch)):
+                ck.add_counts(a, b, d, counts[r])
+                total += len(a)
+        limits = []
+        for r in range(routes):
+            threshold, before = np.empty(size, np.int64), np.empty(size, np.int64)
+            ck.limits(counts[r], k, threshold, before)
+            limits.append((threshold, before))
+        del counts
+        for batch in found.batches():
+            for r, (a, b, d) in enumerate(split(*batch)):
+                below, at = np.empty(len(a), bool), np.empty(len(a), bool)
+                ck.classify(a, b, d, limits[r][0], below, at)
+                only = below & ~at
+                kept[r].append((a[only], b[only], d[only]))
+                tied[r].append((a[at], b[at], d[at], below[at]))
+    out = []
+    for r in range(routes):
+        a, b, d, below = (np.concatenate(x) for x in zip(*tied[r])) if tied[r] else (
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int16), np.zeros(0, bool))
+        keep = np.empty(len(a), bool)
+        ck.keep_ties(a, b, d, below, *limits[r], k, keep)
+        parts = kept[r] + [(a[keep], b[keep], d[keep])]
+        out.append(tuple(np.concatenate(x) for x in zip(*parts)))
+    return out, total - sum(len(x[0]) for x in out)
+
+
+def _whole(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A route whose ids are its nodes: the batch as it is."""
+    return [(a, b, d)]
+
+
+def _phash_crop(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The pHash and crop hashes' one search (ids 2 node for a pHash, 2 node + 1 for a crop hash)
+    as three routes in which no node pair repeats: pHash-pHash, pHash-crop, crop-pHash (a < b by
+    id); a node's pHash against its own crop hash is no pair."""
+    na, nb = a >> 1, b >> 1
+    a_crop, b_crop = (a & 1) == 1, (b & 1) == 1
+    other = na != nb
+    return [(na[w], nb[w], d[w]) for w in (~a_crop & ~b_crop & other, ~a_crop & b_crop & other,
+                                           a_crop & ~b_crop & other)]
 
 
 def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom: np.ndarray,
@@ -118,34 +175,25 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     parts = []
     capped = 0
 
-    def add(a: np.ndarray, b: np.ndarray, route: int, d: np.ndarray) -> None:
+    def add(found: list, route_numbers: tuple[int, ...], left_out: int) -> None:
         nonlocal capped
-        keep = _nearest_of(a, b, d, max_per_image, n)
-        capped += int(len(keep) - keep.sum())
-        parts.append((a[keep], b[keep], np.full(int(keep.sum()), route, np.int8), d[keep]))
+        capped += left_out
+        for (a, b, d), route in zip(found, route_numbers):
+            parts.append((a, b, np.full(len(a), route, np.int8), d))
 
     # phash and crop share one search: ids 2n are pHashes, 2n+1 crop hashes.
     ids = np.concatenate([2 * nodes, 2 * nodes + 1])
-    a, b, d = _route(ids, np.concatenate([phash[nodes], crop[nodes]]), max_distance)
-    na, nb = a // 2, b // 2
-    a_crop, b_crop = (a % 2) == 1, (b % 2) == 1
-    del a, b
-    for route, which in ((0, ~a_crop & ~b_crop), (1, ~a_crop & b_crop), (1, a_crop & ~b_crop)):
-        which &= na != nb
-        add(na[which], nb[which], route, d[which])
-    del na, nb, d, a_crop, b_crop
+    found, left_out = _capped(ids, np.concatenate([phash[nodes], crop[nodes]]), max_distance, max_per_image, n,
+                              _phash_crop, 3)
+    add(found, (0, 1, 1), left_out)
     for r, hashes in ((2, top), (3, bottom)):
-        a, b, d = _route(nodes, hashes[nodes], max_distance)
-        add(a, b, r, d)
+        found, left_out = _capped(nodes, hashes[nodes], max_distance, max_per_image, n, _whole, 1)
+        add(found, (r,), left_out)
     if robust is not None:
-        pictures = np.flatnonzero(searchable if robust_ok is None else searchable & robust_ok)
-        a, b, d = _route(pictures.astype(np.int64), robust[pictures], max_distance)
-        add(a, b, 4, d)
-    a = np.concatenate([p[0] for p in parts])
-    b = np.concatenate([p[1] for p in parts])
-    route = np.concatenate([p[2] for p in parts])
-    dist = np.concatenate([p[3] for p in parts])
-    pairs = Pairs(*_one_per_pair(a, b, dist, route, n))
+        pictures = np.flatnonzero(searchable if robust_ok is None else searchable & robust_ok).astype(np.int64)
+        found, left_out = _capped(pictures, robust[pictures], max_distance, max_per_image, n, _whole, 1)
+        add(found, (4,), left_out)
+    pairs = Pairs(*_one_per_pair(parts, n))
     # `capped` counts findings: a pair a route's cap left out counts for that route (even when
     # another route brought it in), and the final cap's leavings once. Counting distinct pairs
     # would take the dedupe of every finding that the caps are there to avoid.
@@ -157,33 +205,41 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
 ROUTE_BITS, DISTANCE_BITS = 3, 8  # a route number (0..4) and a distance (0..32) in the packed key
 
 
-def _one_per_pair(a: np.ndarray, b: np.ndarray, dist: np.ndarray, route: np.ndarray, n: int):
-    """One row per unordered pair of nodes below n: the smallest distance, then the earliest route;
-    returned as (lo, hi, route, dist) sorted by (lo, hi). When two node numbers, the distance and
-    the route fit one int64, that key is sorted itself and read back (7.7 M crowded findings: 3.3 s
-    for an argsort of it and the gathers after, against 0.9 s); otherwise a lexsort of the columns
-    (more than 2^26 nodes)."""
+def _one_per_pair(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], n: int):
+    """One row per unordered pair of nodes below n among the findings `parts` ((a, b, route, dist)
+    arrays, emptied as they are read): the smallest distance, then the earliest route; returned as
+    (lo, hi, route, dist) sorted by (lo, hi). When two node numbers, the distance and the route fit
+    one int64, each part becomes that key and the keys are sorted themselves and read back (7.7 M
+    crowded findings: 3.3 s for an argsort and the gathers after, against 0.9 s; the parts are let
+    go as their keys are made); otherwise a lexsort of the columns (more than 2^26 nodes)."""
     node_bits = max(1, int(n - 1).bit_length())
     low = ROUTE_BITS + DISTANCE_BITS
-    if len(a) == 0 or 2 * node_bits + low > 63:
+    if 2 * node_bits + low > 63:
+        a, b, route, dist = (np.concatenate([p[i] for p in parts]) for i in range(4))
+        parts.clear()
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         order = np.lexsort((route, dist, hi, lo))
         lo, hi, route, dist = lo[order], hi[order], route[order], dist[order]
         first = np.ones(len(lo), bool)
         first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
         return lo[first], hi[first], route[first], dist[first]
-    key = np.minimum(a, b).astype(np.int64)
-    key <<= np.int64(node_bits)
-    key |= np.maximum(a, b)
-    key <<= np.int64(DISTANCE_BITS)
-    key |= dist.astype(np.int64)
-    key <<= np.int64(ROUTE_BITS)
-    key |= route.astype(np.int64)
+    keys = []
+    while parts:
+        a, b, route, dist = parts.pop(0)
+        key = np.minimum(a, b).astype(np.int64)
+        key <<= np.int64(node_bits)
+        key |= np.maximum(a, b)
+        key <<= np.int64(DISTANCE_BITS)
+        key |= dist.astype(np.int64)
+        key <<= np.int64(ROUTE_BITS)
+        key |= route.astype(np.int64)
+        keys.append(key)
+        del a, b, route, dist
+    key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    del keys
     key.sort()
-    pair = key >> np.int64(low)
     first = np.ones(len(key), bool)
-    first[1:] = pair[1:] != pair[:-1]
-    del pair
+    first[1:] = (key[1:] >> np.int64(low)) != (key[:-1] >> np.int64(low))
     key = key[first]
     return (key >> np.int64(low + node_bits), (key >> np.int64(low)) & np.int64((1 << node_bits) - 1),
             (key & np.int64((1 << ROUTE_BITS) - 1)).astype(np.int8),

@@ -51,7 +51,12 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import shutil
+import tempfile
+import time
 from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import numpy as np
@@ -172,12 +177,49 @@ def _as_int64(values: pa.Array | pa.ChunkedArray | np.ndarray, what: str) -> np.
     return arr.astype(np.int64, copy=False)
 
 
-def _connect() -> duckdb.DuckDBPyConnection:
+MEMORY_LIMIT = "400MB"  # DuckDB's working memory for one search; beyond it, it spills to its temp folder
+
+
+SPILL_PREFIX = "rewardhouse-search-"  # + pid-start-: a search's DuckDB spill folder in the system's temp folder
+SPILL_STALE = 600.0  # seconds untouched before the folder of a process gone is removed
+
+
+def spill_folder() -> str | None:
+    """A new folder for one search's DuckDB spill files (in the system's temp folder: TMPDIR),
+    named after this process and its start. The folders of processes that are gone (killed in a
+    search: DuckDB removes its files only when it closes) are removed first, once untouched for
+    SPILL_STALE (a pid of another pid namespace sharing the folder is not seen here). None where
+    no folder can be made: the search then runs without the memory limit."""
+    from pipeline.liveness import process_start
+
+    root = Path(tempfile.gettempdir())
+    for old in root.glob(SPILL_PREFIX + "*"):
+        pid, start = (old.name[len(SPILL_PREFIX):].split("-") + ["", ""])[:2]
+        if not (pid.isdigit() and start.isdigit()):
+            continue
+        alive = process_start(int(pid))
+        try:
+            if (alive is None or int(alive) != int(start)) and time.time() - old.stat().st_mtime > SPILL_STALE:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:  # gone meanwhile
+            continue
+    try:
+        return tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-{int(process_start(os.getpid()) or 0)}-")
+    except OSError:
+        return None
+
+
+def _connect(spill: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection on every core; with `spill` (a folder), DuckDB keeps to MEMORY_LIMIT and writes
+    what does not fit there (in-memory DuckDB's default is `.tmp` in the working directory)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
-    return duckdb.connect(config={"threads": cores, "preserve_insertion_order": False})
+    config = {"threads": cores, "preserve_insertion_order": False}
+    if spill is not None:
+        config.update(memory_limit=MEMORY_LIMIT, temp_directory=spill)
+    return duckdb.connect(config=config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,6 +323,94 @@ def _resolve_layout(
     return layout, band_radii(max_distance, layout)
 
 
+_EXPAND = """
+    select least(x.id, y.id) as a, greatest(x.id, y.id) as b, f.distance
+    from found f join ids x on x.hash = f.ha join ids y on y.hash = f.hb
+    union all
+    select x.id as a, y.id as b, 0::tinyint as distance
+    from ids x join ids y on x.hash = y.hash and x.id < y.id
+"""
+BATCH_ROWS = 1 << 20  # pairs per batch read back from NearPairs
+
+
+class NearPairs:
+    """`near_pairs` kept where the search left them (its DuckDB connection) and read back in
+    batches, as many times as asked: a caller that reduces the pairs (engine.candidate_pairs caps
+    them per image, in two passes) holds one batch of them at a time, never all. A context manager:
+    leaving it closes the connection and drops the pairs."""
+
+    def __init__(self, ids: pa.Array | np.ndarray, hashes: pa.Array | np.ndarray, max_distance: int, *,
+                 layout: list[tuple[int, int]] | None = None):
+        ids_np = _as_int64(ids, "ids")
+        hashes_np = _as_int64(hashes, "hashes")
+        if len(ids_np) != len(hashes_np):
+            raise ValueError(f"{len(ids_np)} ids but {len(hashes_np)} hashes")
+        if not 0 <= max_distance <= MAX_RADIUS:
+            raise ValueError(f"max_distance must be within 0..{MAX_RADIUS}, got {max_distance}")
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.spill: str | None = None
+        if len(ids_np) < 2:
+            return
+        self.spill = spill_folder()
+        try:
+            self._search(ids_np, hashes_np, max_distance, layout)
+        except duckdb.OutOfMemoryException:
+            # a step DuckDB could not fit in MEMORY_LIMIT nor spill: the search again, unlimited
+            self.close()
+            self._search(ids_np, hashes_np, max_distance, layout)
+
+    def _search(self, ids: np.ndarray, hashes: np.ndarray, max_distance: int,
+                layout: list[tuple[int, int]] | None) -> None:
+        self.con = _connect(self.spill)
+        try:
+            n = _prepare(self.con, ids, hashes)
+            self.con.execute("create temp table found (ha bigint, hb bigint, distance tinyint)")
+            if max_distance > 0 and n > 1:
+                layout, radii = _resolve_layout(max_distance, n, layout)
+                for band in range(len(layout)):
+                    _search_band(self.con, layout, radii, band, max_distance, count_only=False)
+            # the pairs of distinct hashes expanded to ids once, for every read that follows
+            self.con.execute(f"create temp table pairs as {_EXPAND}")
+            self.con.execute("drop table found")
+        except duckdb.OutOfMemoryException:
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def table(self, ordered: bool = True) -> pa.Table:
+        """Every pair at once (near_pairs' table)."""
+        if self.con is None:
+            return PAIRS_SCHEMA.empty_table()
+        return self.con.sql("select * from pairs" + (" order by a, b" if ordered else "")).to_arrow_table().cast(PAIRS_SCHEMA)
+
+    def batches(self, rows: int = BATCH_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The pairs as (a, b, distance) arrays (int64, int64, int16) of at most `rows` pairs each,
+        in no given order; each call reads them again."""
+        if self.con is None:
+            return
+        reader = self.con.sql("select * from pairs").to_arrow_reader(rows)
+        for batch in reader:
+            if batch.num_rows:
+                yield (batch.column(0).to_numpy().astype(np.int64, copy=False),
+                       batch.column(1).to_numpy().astype(np.int64, copy=False),
+                       batch.column(2).to_numpy().astype(np.int16))
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
+            self.spill = None
+
+    def __enter__(self) -> "NearPairs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def near_pairs(
     ids: pa.Array | np.ndarray,
     hashes: pa.Array | np.ndarray,
@@ -293,36 +423,9 @@ def near_pairs(
     (identical hashes included, at distance 0): columns a < b (int64) and distance (int8), one row
     per pair, sorted by (a, b) (in no given order with `ordered=False`). Ids must be unique.
     `layout` overrides the chosen bands (it must tile the 64 bits; the result is the same, only the
-    speed changes)."""
-    ids_np = _as_int64(ids, "ids")
-    hashes_np = _as_int64(hashes, "hashes")
-    if len(ids_np) != len(hashes_np):
-        raise ValueError(f"{len(ids_np)} ids but {len(hashes_np)} hashes")
-    if not 0 <= max_distance <= MAX_RADIUS:
-        raise ValueError(f"max_distance must be within 0..{MAX_RADIUS}, got {max_distance}")
-    if len(ids_np) < 2:
-        return PAIRS_SCHEMA.empty_table()
-
-    con = _connect()
-    try:
-        n = _prepare(con, ids_np, hashes_np)
-        con.execute("create temp table found (ha bigint, hb bigint, distance tinyint)")
-        if max_distance > 0 and n > 1:
-            layout, radii = _resolve_layout(max_distance, n, layout)
-            for band in range(len(layout)):
-                _search_band(con, layout, radii, band, max_distance, count_only=False)
-        result = con.sql(
-            """
-            select least(x.id, y.id) as a, greatest(x.id, y.id) as b, f.distance
-            from found f join ids x on x.hash = f.ha join ids y on y.hash = f.hb
-            union all
-            select x.id as a, y.id as b, 0::tinyint as distance
-            from ids x join ids y on x.hash = y.hash and x.id < y.id
-            """ + (" order by a, b" if ordered else "")
-        ).to_arrow_table()
-    finally:
-        con.close()
-    return result.cast(PAIRS_SCHEMA)
+    speed changes). NearPairs reads the same pairs back in batches."""
+    with NearPairs(ids, hashes, max_distance, layout=layout) as found:
+        return found.table(ordered)
 
 
 def count_candidates(
