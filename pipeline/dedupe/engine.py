@@ -166,7 +166,8 @@ def candidate_pairs(phash: np.ndarray, crop: np.ndarray, top: np.ndarray, bottom
     nearest on the route where its distance is smallest: a pair ranked before it there, by
     distance and then the other image's number, is at that distance or nearer over all routes, so
     it ranks before it in the end too.) So crowded look-alikes, whose pairs grow with the square of
-    their number, hold memory and time only for k pairs per image and route. The pHash and crop
+    their number, hold memory only for k pairs per image and route and those tied at an image's
+    k-th distance (`_capped`; the search's own time still grows with the pairs). The pHash and crop
     hashes share one search; their pairs are capped as three routes in which no node pair repeats:
     pHash-pHash, and the two cross directions."""
     max_per_image = MAX_CANDIDATES_PER_IMAGE if max_per_image is None else max_per_image
