@@ -301,12 +301,14 @@ def test_near_pairs_read_in_batches_are_the_pairs_read_at_once_and_leave_nothing
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("limit", ["64MB", "8MB"])
-def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_the_same_pairs(limit, tmp_path, monkeypatch):
+@pytest.mark.parametrize("limit,writable", [("64MB", True), ("8MB", True), ("64MB", False)])
+def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_the_same_pairs(limit, writable, tmp_path,
+                                                                                           monkeypatch):
     """Crowds of look-alikes (6,000 hashes in 6 families: millions of pairs) searched under a DuckDB
-    memory limit far below their pairs: at 64 MB DuckDB spills to the search's folder, at 8 MB a
-    step cannot fit and the search runs again without the limit; either way the engine keeps the
-    same candidates as without a limit, and no spill folder is left."""
+    memory limit far below their pairs: at 64 MB DuckDB spills to the search's folder; at 8 MB a
+    step cannot fit, and where the spill folder cannot be written (a file in its place), DuckDB
+    cannot spill: the search runs again without the limit. Every way the engine keeps the same
+    candidates as without a limit, and no spill folder is left."""
     import tempfile
 
     from pipeline.dedupe import search
@@ -316,6 +318,10 @@ def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_th
     free = candidate_pairs(*routes, np.ones(6000, bool), 8)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(search, "MEMORY_LIMIT", limit)
+    if not writable:
+        blocked = tmp_path / "not-a-folder"
+        blocked.write_text("a file where the spill folder should be")
+        monkeypatch.setattr(search, "spill_folder", lambda: str(blocked))
     limits, own = [], search._connect
 
     def connect(spill=None):
@@ -341,11 +347,12 @@ def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_th
     with duckdb.connect(config={"memory_limit": limit}) as con:
         limited = con.execute("select current_setting('memory_limit')").fetchall()[0][0]
     assert limits[0] == limited
-    if limit == "64MB":  # kept to the limit by writing to its folder
+    if writable and limit == "64MB":  # kept to the limit by writing to its folder
         assert limits.count(limited) == len(limits) and max(spilled) > 10_000_000
+        assert list(tmp_path.iterdir()) == []
     else:  # started again without the limit
         assert any(x != limited for x in limits)
-    assert list(tmp_path.iterdir()) == []
+        assert list(tmp_path.iterdir()) == ([] if writable else [blocked])
 
 
 def test_spill_folders_of_processes_gone_are_removed_once_untouched(tmp_path, monkeypatch):

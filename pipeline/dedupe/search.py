@@ -352,11 +352,14 @@ class NearPairs:
         if len(ids_np) < 2:
             return
         self.spill = spill_folder()
+        limited = self.spill is not None
         try:
             self._search(ids_np, hashes_np, max_distance, layout)
-        except duckdb.OutOfMemoryException:
-            # a step DuckDB could not fit in MEMORY_LIMIT nor spill: the search again, unlimited
-            self.close()
+        except (duckdb.OutOfMemoryException, duckdb.IOException):
+            if not limited:
+                raise
+            # a step DuckDB could not fit in MEMORY_LIMIT, or could not spill (a temp folder full
+            # or unwritable): the search again in memory, unlimited
             self._search(ids_np, hashes_np, max_distance, layout)
 
     def _search(self, ids: np.ndarray, hashes: np.ndarray, max_distance: int,
@@ -372,8 +375,6 @@ class NearPairs:
             # the pairs of distinct hashes expanded to ids once, for every read that follows
             self.con.execute(f"create temp table pairs as {_EXPAND}")
             self.con.execute("drop table found")
-        except duckdb.OutOfMemoryException:
-            raise
         except BaseException:
             self.close()
             raise
