@@ -381,3 +381,33 @@ def test_spill_folders_of_processes_gone_are_removed_once_untouched(tmp_path, mo
     mine = spill_folder()
     assert not old.exists() and recent.exists() and live.exists()
     assert mine is not None and os.path.basename(mine).startswith(f"{SPILL_PREFIX}{os.getpid()}-")
+
+
+def test_the_sort_of_every_pair_over_the_memory_limit_runs_again_under_duckdbs_own(tmp_path, monkeypatch):
+    """NearPairs.table() sorted: 7.2 M pairs of a crowd searched within a 24 MB limit, whose sort
+    cannot be done within it, still come back whole and in order (the connection's limit reset to
+    DuckDB's own); and a connection without a spill folder writes nowhere (no `.tmp` in the working
+    directory, DuckDB's default)."""
+    import tempfile
+
+    import duckdb
+
+    from pipeline.dedupe import search
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(search, "MEMORY_LIMIT", "24MB")
+    with duckdb.connect() as con:
+        own = con.execute("select current_setting('memory_limit')").fetchall()[0][0]
+    hashes = _crowd(0, 12000, 10)
+    with search.NearPairs(np.arange(12000), hashes, 8) as found:
+        unordered = found.table(ordered=False)
+        table = found.table()
+        assert found.con.execute("select current_setting('memory_limit')").fetchall()[0][0] == own
+    assert table.num_rows == unordered.num_rows > 7_000_000
+    a, b = table["a"].to_numpy(), table["b"].to_numpy()
+    assert np.all((a[1:] > a[:-1]) | ((a[1:] == a[:-1]) & (b[1:] > b[:-1])))
+    assert table.sort_by([("a", "ascending"), ("b", "ascending")]).equals(unordered.sort_by([("a", "ascending"), ("b", "ascending")]))
+    with search._connect(None) as con:
+        assert con.execute("select current_setting('temp_directory')").fetchall()[0][0] == ""
+    assert list(tmp_path.iterdir()) == []

@@ -2,19 +2,19 @@
 
 Each image keeps its k nearest candidate pairs (by distance, then by the other image's number);
 a pair stays when either of its images keeps it. In phases, so that the pairs can come in
-batches, read twice (engine._capped: search.NearPairs keeps them in DuckDB):
+batches, read three times (engine._capped: search.NearPairs keeps them in DuckDB):
 
-1. `add_counts`: each image's pairs counted per distance (int32, images x distances);
-2. `limits`: each image's threshold, the distance of its k-th nearest (the number of distances:
+1. `add_counts`: each image's pairs counted per distance (int32, images x distances); then
+   `limits`: each image's threshold, the distance of its k-th nearest (the number of distances:
    fewer than k pairs), and how many of its pairs are nearer;
-3. `classify`: a pair nearer than either image's threshold stays (`below`); a pair at an image's
-   threshold (`at`) is ranked among that image's ties;
-4. `keep_ties`: over every pair at a threshold, each image keeps its ties up to its
-   (k - nearer)-th other image, by number.
+2. `rank_ties`: among the pairs at an image's threshold, its k - nearer smallest other images,
+   in a max-heap of that many slots per image (`tie_slots`); `cutoffs` reads each one's largest;
+3. `keep_at`: a pair stays when it is nearer than either image's threshold, or at an image's
+   threshold with the other image's number at most that image's cut-off.
 
-The only arrays they allocate are the counts and the pairs at a threshold: whole-array numpy of
-the same arithmetic made half a dozen temporaries of every pair and of every image x distance,
-fresh memory zeroed page by page. Nothing here knows what a dataset is.
+Memory is the counts and at most k slots per image, whatever the pairs: thousands of images of
+one hash, whose every pair is a tie, hold no more than a spread family. Nothing here knows what a
+dataset is.
 """
 
 from __future__ import annotations
@@ -46,78 +46,95 @@ def limits(counts, k, threshold, before):
 
 
 @njit(cache=True, nogil=True)
-def classify(a, b, dist, threshold, below, at):
-    """below[i]: the pair is nearer than either image's threshold (it stays); at[i]: it lies at
-    either image's threshold (it is ranked among that image's ties)."""
-    for i in range(a.shape[0]):
-        d = np.int64(dist[i])
-        ta, tb = threshold[a[i]], threshold[b[i]]
-        below[i] = d < ta or d < tb
-        at[i] = d == ta or d == tb
+def tie_slots(threshold, before, k, levels, offsets):
+    """The bounded buffers of `rank_ties`: image v gets k - before[v] slots when it has a threshold
+    (k pairs or more), none otherwise; offsets (size + 1) says where each image's slots start.
+    Returns the slots in all (at most k per image, whatever the pairs)."""
+    size = threshold.shape[0]
+    offsets[0] = 0
+    for v in range(size):
+        offsets[v + 1] = offsets[v] + (k - before[v] if threshold[v] < levels and k > before[v] else 0)
+    return offsets[size]
 
 
 @njit(cache=True, nogil=True)
-def keep_ties(a, b, dist, below, threshold, before, k, keep):
-    """Over every pair at some image's threshold (classify's `at`), each listed once: keep[i] when
-    below[i], or when the pair is among its (k - before)-th other images, by number, for an image
-    at whose threshold it lies."""
-    n = a.shape[0]
-    size = threshold.shape[0]
-    offsets = np.zeros(size + 1, np.int64)
-    for i in range(n):
+def rank_ties(a, b, dist, threshold, offsets, heap, used):
+    """Each image's smallest other numbers among its pairs at its threshold, as many as its slots
+    (tie_slots), kept in a max-heap per image while batches of pairs come: memory is the slots,
+    never the ties. After the last batch, `cutoffs` reads each image's cut-off."""
+    for i in range(a.shape[0]):
         d = np.int64(dist[i])
-        if d == threshold[a[i]]:
-            offsets[a[i] + 1] += 1
-        if d == threshold[b[i]]:
-            offsets[b[i] + 1] += 1
-    for v in range(size):
-        offsets[v + 1] += offsets[v]
-    others = np.empty(offsets[size], np.int64)
-    fill = offsets[:size].copy()
-    for i in range(n):
+        for side in range(2):
+            v = a[i] if side == 0 else b[i]
+            x = b[i] if side == 0 else a[i]
+            if d != threshold[v]:
+                continue
+            lo, cap = offsets[v], offsets[v + 1] - offsets[v]
+            if cap == 0:
+                continue
+            n = used[v]
+            if n < cap:  # sift up
+                j = n
+                heap[lo + j] = x
+                while j > 0:
+                    parent = (j - 1) // 2
+                    if heap[lo + parent] >= heap[lo + j]:
+                        break
+                    heap[lo + parent], heap[lo + j] = heap[lo + j], heap[lo + parent]
+                    j = parent
+                used[v] = n + 1
+            elif x < heap[lo]:  # replace the largest, sift down
+                heap[lo] = x
+                j = 0
+                while True:
+                    left, right, top = 2 * j + 1, 2 * j + 2, j
+                    if left < cap and heap[lo + left] > heap[lo + top]:
+                        top = left
+                    if right < cap and heap[lo + right] > heap[lo + top]:
+                        top = right
+                    if top == j:
+                        break
+                    heap[lo + top], heap[lo + j] = heap[lo + j], heap[lo + top]
+                    j = top
+
+
+@njit(cache=True, nogil=True)
+def cutoffs(offsets, heap, used, cutoff):
+    """Each image's cut-off: the largest other number it keeps among its ties (-1: none)."""
+    for v in range(cutoff.shape[0]):
+        cutoff[v] = heap[offsets[v]] if used[v] > 0 else -1
+
+
+@njit(cache=True, nogil=True)
+def keep_at(a, b, dist, threshold, cutoff, keep):
+    """keep[i]: the pair is nearer than either image's threshold, or at an image's threshold and
+    among the others that image keeps (its number at most the image's cut-off)."""
+    for i in range(a.shape[0]):
         d = np.int64(dist[i])
-        if d == threshold[a[i]]:
-            others[fill[a[i]]] = b[i]
-            fill[a[i]] += 1
-        if d == threshold[b[i]]:
-            others[fill[b[i]]] = a[i]
-            fill[b[i]] += 1
-    cutoff = np.full(size, -1, np.int64)
-    for v in range(size):
-        lo, hi = offsets[v], offsets[v + 1]
-        if hi > lo and k > before[v]:
-            ties = np.sort(others[lo:hi])
-            cutoff[v] = ties[min(k - before[v], hi - lo) - 1]
-    for i in range(n):
-        d = np.int64(dist[i])
-        keep[i] = below[i] or (d == threshold[a[i]] and b[i] <= cutoff[a[i]]) or (
-            d == threshold[b[i]] and a[i] <= cutoff[b[i]])
+        ta, tb = threshold[a[i]], threshold[b[i]]
+        keep[i] = d < ta or d < tb or (d == ta and b[i] <= cutoff[a[i]]) or (d == tb and a[i] <= cutoff[b[i]])
 
 
 @njit(cache=True, nogil=True)
 def nearest_keep(a, b, dist, k, size, keep):
     """keep[i] = True for each pair (a[i], b[i]) at distance dist[i] (a pair listed once, nodes
     below `size`, distances >= 0) that is among the k nearest of a[i] or of b[i], ranked by
-    distance, then by the other image's number: the four phases over pairs held at once."""
-    n = a.shape[0]
+    distance, then by the other image's number: the phases over pairs held at once."""
     levels = 1
-    for i in range(n):
+    for i in range(a.shape[0]):
         levels = max(levels, np.int64(dist[i]) + 1)
     counts = np.zeros((size, levels), np.int32)
     add_counts(a, b, dist, counts)
     threshold = np.empty(size, np.int64)
     before = np.empty(size, np.int64)
     limits(counts, k, threshold, before)
-    below = np.empty(n, np.bool_)
-    at = np.empty(n, np.bool_)
-    classify(a, b, dist, threshold, below, at)
-    for i in range(n):
-        keep[i] = below[i]
-    idx = np.flatnonzero(at)
-    tied = np.empty(idx.shape[0], np.bool_)
-    keep_ties(a[idx], b[idx], dist[idx], below[idx], threshold, before, k, tied)
-    for j in range(idx.shape[0]):
-        keep[idx[j]] = tied[j]
+    offsets = np.empty(size + 1, np.int64)
+    heap = np.empty(tie_slots(threshold, before, k, levels, offsets), np.int64)
+    used = np.zeros(size, np.int64)
+    rank_ties(a, b, dist, threshold, offsets, heap, used)
+    cutoff = np.empty(size, np.int64)
+    cutoffs(offsets, heap, used, cutoff)
+    keep_at(a, b, dist, threshold, cutoff, keep)
 
 
 def warm() -> None:

@@ -96,16 +96,15 @@ def _capped(ids: np.ndarray, hashes: np.ndarray, max_distance: int, k: int, size
     """One search (the routed `hashes` of `ids`), its pairs split by `split` into `routes` routes
     of node pairs (nodes below `size`), each route capped per image (`_nearest_of`'s rule): the
     kept (a, b, distance) of each route and how many pairs the caps left out. The search's pairs
-    stay in DuckDB (search.NearPairs) and are read twice, batch by batch: once to count each
-    image's pairs per distance, once to keep those nearer than either image's k-th and to rank
-    those at it (capkernel). Memory holds the counts, one batch, and the pairs kept or tied, never
-    every pair a crowd of look-alikes makes."""
+    stay in DuckDB (search.NearPairs) and are read three times, batch by batch (capkernel): to
+    count each image's pairs per distance, to rank the ties at each image's k-th distance in at
+    most k slots per image, and to keep what the counts and the ranks say. Memory holds the counts,
+    the slots, one batch and the pairs kept, never every pair a crowd of look-alikes makes."""
     from pipeline.dedupe import capkernel as ck
 
     searched = routed(hashes)
     levels = max_distance + 1
     kept: list[list] = [[] for _ in range(routes)]
-    tied: list[list] = [[] for _ in range(routes)]
     total = 0
     with NearPairs(ids[searched], hashes[searched], max_distance) as found:
         counts = [np.zeros((size, levels), np.int32) for _ in range(routes)]
@@ -113,27 +112,30 @@ def _capped(ids: np.ndarray, hashes: np.ndarray, max_distance: int, k: int, size
             for r, (a, b, d) in enumerate(split(*batch)):
                 ck.add_counts(a, b, d, counts[r])
                 total += len(a)
-        limits = []
+        threshold = [np.empty(size, np.int64) for _ in range(routes)]
+        ranks = []
         for r in range(routes):
-            threshold, before = np.empty(size, np.int64), np.empty(size, np.int64)
-            ck.limits(counts[r], k, threshold, before)
-            limits.append((threshold, before))
+            before, offsets = np.empty(size, np.int64), np.empty(size + 1, np.int64)
+            ck.limits(counts[r], k, threshold[r], before)
+            counts[r] = None
+            ranks.append((offsets, np.empty(ck.tie_slots(threshold[r], before, k, levels, offsets), np.int64),
+                          np.zeros(size, np.int64)))
         del counts
         for batch in found.batches():
             for r, (a, b, d) in enumerate(split(*batch)):
-                below, at = np.empty(len(a), bool), np.empty(len(a), bool)
-                ck.classify(a, b, d, limits[r][0], below, at)
-                only = below & ~at
-                kept[r].append((a[only], b[only], d[only]))
-                tied[r].append((a[at], b[at], d[at], below[at]))
-    out = []
-    for r in range(routes):
-        a, b, d, below = (np.concatenate(x) for x in zip(*tied[r])) if tied[r] else (
-            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int16), np.zeros(0, bool))
-        keep = np.empty(len(a), bool)
-        ck.keep_ties(a, b, d, below, *limits[r], k, keep)
-        parts = kept[r] + [(a[keep], b[keep], d[keep])]
-        out.append(tuple(np.concatenate(x) for x in zip(*parts)))
+                ck.rank_ties(a, b, d, threshold[r], *ranks[r])
+        cutoff = []
+        for r in range(routes):
+            cutoff.append(np.empty(size, np.int64))
+            ck.cutoffs(*ranks[r], cutoff[r])
+        del ranks
+        for batch in found.batches():
+            for r, (a, b, d) in enumerate(split(*batch)):
+                keep = np.empty(len(a), bool)
+                ck.keep_at(a, b, d, threshold[r], cutoff[r], keep)
+                kept[r].append((a[keep], b[keep], d[keep]))
+    out = [tuple(np.concatenate(x) for x in zip(*parts)) if parts else
+           (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int16)) for parts in kept]
     return out, total - sum(len(x[0]) for x in out)
 
 

@@ -211,7 +211,8 @@ def spill_folder() -> str | None:
 
 def _connect(spill: str | None = None) -> duckdb.DuckDBPyConnection:
     """A connection on every core; with `spill` (a folder), DuckDB keeps to MEMORY_LIMIT and writes
-    what does not fit there (in-memory DuckDB's default is `.tmp` in the working directory)."""
+    what does not fit there; without, it keeps to its own limit and spills nowhere (in-memory
+    DuckDB's default folder is `.tmp` in the working directory)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -219,6 +220,8 @@ def _connect(spill: str | None = None) -> duckdb.DuckDBPyConnection:
     config = {"threads": cores, "preserve_insertion_order": False}
     if spill is not None:
         config.update(memory_limit=MEMORY_LIMIT, temp_directory=spill)
+    else:  # DuckDB's own limit, and nothing written to the working directory
+        config.update(temp_directory="")
     return duckdb.connect(config=config)
 
 
@@ -336,7 +339,7 @@ BATCH_ROWS = 1 << 20  # pairs per batch read back from NearPairs
 class NearPairs:
     """`near_pairs` kept where the search left them (its DuckDB connection) and read back in
     batches, as many times as asked: a caller that reduces the pairs (engine.candidate_pairs caps
-    them per image, in two passes) holds one batch of them at a time, never all. A context manager:
+    them per image, in three passes) holds one batch of them at a time, never all. A context manager:
     leaving it closes the connection and drops the pairs."""
 
     def __init__(self, ids: pa.Array | np.ndarray, hashes: pa.Array | np.ndarray, max_distance: int, *,
@@ -383,7 +386,13 @@ class NearPairs:
         """Every pair at once (near_pairs' table)."""
         if self.con is None:
             return PAIRS_SCHEMA.empty_table()
-        return self.con.sql("select * from pairs" + (" order by a, b" if ordered else "")).to_arrow_table().cast(PAIRS_SCHEMA)
+        query = "select * from pairs" + (" order by a, b" if ordered else "")
+        try:
+            return self.con.sql(query).to_arrow_table().cast(PAIRS_SCHEMA)
+        except (duckdb.OutOfMemoryException, duckdb.IOException):
+            # the sort of every pair did not fit MEMORY_LIMIT nor its folder: DuckDB's own limit
+            self.con.execute("reset memory_limit")
+            return self.con.sql(query).to_arrow_table().cast(PAIRS_SCHEMA)
 
     def batches(self, rows: int = BATCH_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The pairs as (a, b, distance) arrays (int64, int64, int16) of at most `rows` pairs each,
