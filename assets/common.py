@@ -125,10 +125,51 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[Staged, dict
         return saved[0], saved[1], True
     stop_point()
     value, plain = compute()
+    _record(folder, value, plain)
+    return value, plain, False
+
+
+def _record(folder: Path, value: Staged, plain: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     record = {"value": value.to_record(), "metadata": plain}
     write_text_atomic(folder / RESULT_FILE, json.dumps(record, sort_keys=True, default=str))
-    return value, plain, False
+
+
+def reuse_or_compute_parts(log, parts: dict[str, tuple[Path, Callable[[], tuple[dict, dict]]]],
+                           write: Callable[[Path, dict], dict[str, str]]) -> dict[str, tuple[Staged, dict, bool]]:
+    """reuse_or_compute for several parts in turn (key -> (folder, compute)), where `compute`
+    returns the part's (tables, plain metadata) and `write(folder, tables)` writes its staged files
+    (staging.write_staged): each part's files are written, and its record after them, on one
+    background thread while the next part computes, so a step that keeps every core busy computing
+    (hashing over a pool) does not also wait for its writes. A part is recorded only once its files
+    are written; the step returns, or raises, only after every write it started has ended; a write
+    that fails stops the next part from starting and raises its error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def finish(folder: Path, tables: dict, plain: dict) -> tuple[Staged, dict, bool]:
+        value = Staged(tables=write(folder, tables))
+        _record(folder, value, plain)
+        return value, plain, False
+
+    out: dict[str, tuple[Staged, dict, bool]] = {}
+    pending: dict = {}
+    with ThreadPoolExecutor(1, thread_name_prefix="staged parts") as writer:
+        for key, (folder, compute) in parts.items():
+            for done in [f for f in pending.values() if f.done()]:
+                done.result()  # a failed write raises here, before more work
+            saved = _finished(folder)
+            if saved:
+                log.info(f"inputs unchanged: reusing {folder}")
+                os.utime(folder / RESULT_FILE)
+                out[key] = (saved[0], saved[1], True)
+                continue
+            stop_point()
+            tables, plain = compute()
+            pending[key] = writer.submit(finish, folder, tables, plain)
+            del tables
+        for key, future in pending.items():
+            out[key] = future.result()
+    return {key: out[key] for key in parts}
 
 
 def reuse_or_run(context, folder: Path, compute: Callable[[], tuple[Staged, dict]]) -> dg.Output:

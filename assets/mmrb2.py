@@ -27,8 +27,8 @@ from pipeline.staging import Staged, link_staged, read_staged, write_staged
 from pipeline.zipread import scan_zip
 
 from assets.common import (
-    to_metadata, bars, fetch_output, plain_counts, preview, progress_logger, recorded, reuse_or_compute, reuse_or_run,
-    snapshot_of, staging_key,
+    to_metadata, bars, fetch_output, plain_counts, preview, progress_logger, recorded, reuse_or_compute,
+    reuse_or_compute_parts, reuse_or_run, snapshot_of, staging_key,
 )
 
 RAW, STAGED, IMAGES = "raw", "staged", "images"
@@ -92,12 +92,13 @@ def _image_folder(rewardhouse: RewardhouseResource, snapshot, part: str, names: 
     return rewardhouse.layout().staging / "mmrb2_task_images" / part / key
 
 
-def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path,
+def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, names: TaskImages, out: Path | None,
                 scan=None, hasher=None):
     """One part of the zip: each image read straight from it and decoded once, in parallel, for
     its checksum, dimensions, decode status and hashes. A task's part is the names it owns; the
     `unreferenced` part is every other entry plus faults of the archive itself (`names` then lists
-    what to leave out)."""
+    what to leave out). Written under `out`; with `out` None, the tables and metadata are returned
+    unwritten."""
     settings = rewardhouse.settings()
     executor = Executor.from_settings(settings)
     if executor.on_ray:
@@ -117,6 +118,8 @@ def _image_part(context, rewardhouse: RewardhouseResource, snapshot, part: str, 
     status = images.column("status").to_pylist()
     metadata = {"rows_mmrb2_images": images.num_rows, "rows_quarantine": len(rejected),
                 "hashed": hashes.num_rows, **{f"images_{s}": status.count(s) for s in ("ok", "corrupt", "missing")}}
+    if out is None:  # the caller writes them (reuse_or_compute_parts)
+        return tables, metadata
     return Staged(tables=write_staged(out, tables)), metadata
 
 
@@ -146,7 +149,6 @@ def mmrb2_task_images(
     folders = {key: _image_folder(rewardhouse, snapshot, key, names[key]) for key in PARTITION_KEYS}
     ranged = context.has_partition_key or context.has_partition_key_range
     keys = context.partition_keys if ranged else list(PARTITION_KEYS)
-    per_task = {}
     # the archive's central directory, read once for the partitions this run computes, and one
     # pool of workers (each opening the archive once) for all of them
     settings = rewardhouse.settings()
@@ -155,12 +157,14 @@ def mmrb2_task_images(
                                                settings.workers or default_workers()))
     zipped = bool(snapshot and snapshot.image_zip)
     try:
-        for key in keys:
-            _, plain, reused = reuse_or_compute(
-                context.log, folders[key],
-                lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], folders[key],
-                                            scan if zipped else None, hasher if zipped else None))
-            per_task[key] = {**plain, "reused": reused}
+        # each part's staged files are written while the next part hashes (reuse_or_compute_parts)
+        done = reuse_or_compute_parts(
+            context.log,
+            {key: (folders[key], lambda key=key: _image_part(context, rewardhouse, snapshot, key, names[key], None,
+                                                             scan if zipped else None, hasher if zipped else None))
+             for key in keys},
+            write_staged)
+        per_task = {key: {**plain, "reused": reused} for key, (_, plain, reused) in done.items()}
     finally:
         if hasher.cache_info().currsize:
             hasher().close()
