@@ -11,7 +11,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from pipeline.dedupe.hashing import HashedImage, hash_bytes
 from pipeline.imaging import ImageStore
@@ -19,11 +19,51 @@ from pipeline.quarantine import Rejection
 from pipeline.settings import ZipLimits
 
 
-def check_images(dataset: str, rows: list[dict], seen: dict, limits: ZipLimits, pool,
+def check_images(dataset: str, rows: list[dict], seen, limits: ZipLimits, pool,
                  store: ImageStore | None = None, column: str = "image") -> tuple[list, dict]:
     """Each row's image key (None without embedded bytes), and the batch's images not in `seen`,
     checked and hashed over the pool (`image_pool`): key -> `check_image`'s result. The caller takes
     them in row order, so rows and quarantine come out as when each was checked in turn."""
+    keys, todo, results = _submit(dataset, rows, seen, limits, pool, store, column)
+    return keys, dict(zip(todo, results))
+
+
+def checked_batches(dataset: str, batches: Iterable[list[dict]], submitted: set, limits: ZipLimits, pool,
+                    store: ImageStore | None = None, column: str = "image") -> Iterator[tuple[list, list, dict]]:
+    """check_images over a stream of row batches, one batch ahead: batch i+1's images are handed to
+    the pool before batch i is given back (its rows, keys and checked images), so the workers decode
+    while the caller reads and handles rows. `submitted`: the keys handed to the pool so far (the
+    caller's across shards; each image is checked once). A batch that cannot be read raises after
+    the batches before it have been given back. Memory: two batches."""
+    it = iter(batches)
+    pending = None
+    while True:
+        try:
+            rows = next(it)
+        except StopIteration:
+            break
+        except BaseException:
+            if pending is not None:
+                yield _collected(pending)
+            raise
+        keys, todo, results = _submit(dataset, rows, submitted, limits, pool, store, column)
+        submitted.update(todo)
+        if pending is not None:
+            yield _collected(pending)
+        pending = (rows, keys, todo, results)
+    if pending is not None:
+        yield _collected(pending)
+
+
+def _collected(pending) -> tuple[list, list, dict]:
+    rows, keys, todo, results = pending
+    return rows, keys, dict(zip(todo, results))
+
+
+def _submit(dataset: str, rows: list[dict], seen, limits: ZipLimits, pool, store: ImageStore | None,
+            column: str) -> tuple[list, dict, Iterator]:
+    """The rows' image keys, the images to check (key -> bytes, not in `seen`) and their results
+    as the pool gives them (an iterator: the work is handed to the pool here)."""
     keys, todo = [], {}
     for row in rows:
         image = row.get(column)
@@ -34,7 +74,7 @@ def check_images(dataset: str, rows: list[dict], seen: dict, limits: ZipLimits, 
             todo.setdefault(key, data)
     check = partial(_check_item, dataset, limits, store)
     chunks = {"chunksize": POOL_CHUNK} if isinstance(pool, ProcessPoolExecutor) else {}
-    return keys, dict(zip(todo, pool.map(check, todo.items(), **chunks)))
+    return keys, todo, pool.map(check, todo.items(), **chunks)
 
 
 POOL_BYTES = 8 << 20  # shards holding less than this (a few hundred small images) are checked on threads here

@@ -105,13 +105,13 @@ def test_large_shards_are_checked_on_worker_processes_with_the_same_rows(written
     root, _ = written
     monkeypatch.setattr(embedded, "POOL_BYTES", 0)
     seen_pools = []
-    original_check = embedded.check_images
+    original_submit = embedded._submit
 
-    def check(dataset, rows, seen, limits, pool, *args, **kw):
+    def submit(dataset, rows, seen, limits, pool, *args, **kw):
         seen_pools.append(type(pool))
-        return original_check(dataset, rows, seen, limits, pool, *args, **kw)
+        return original_submit(dataset, rows, seen, limits, pool, *args, **kw)
 
-    monkeypatch.setattr("pipeline.vlrb.parse.check_images", check)
+    monkeypatch.setattr(embedded, "_submit", submit)
     again = parse_vlrb([root / sample.RELPATH], ZipLimits(), root=root)
     if (os.cpu_count() or 1) > 1:
         assert seen_pools and all(t is ProcessPoolExecutor for t in seen_pools)

@@ -47,7 +47,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.contract import enforce
-from pipeline.embedded import check_images, image_pool
+from pipeline.embedded import checked_batches, image_pool
 from pipeline.dedupe.hashing import HashedImage
 from pipeline.imaging import ImageStore
 from pipeline.quarantine import FILE_STAGE, Rejection, utf8_text, whole_file_faults
@@ -131,6 +131,7 @@ def parse_rlaifv(files: list[Path], limits: ZipLimits, quality: QualitySettings 
     seen: dict[str, int] = {}  # pair id given -> the last n given to a row whose own id is it (`_pair`)
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
+    submitted: set[str] = set()  # image keys handed to the pool (checked_batches)
     done = 0
     with image_pool(files, "rlaifv images") as pool:
         for number, path in enumerate(files):
@@ -143,9 +144,9 @@ def parse_rlaifv(files: list[Path], limits: ZipLimits, quality: QualitySettings 
             columns = [c for c in (*SHARD.required, *SHARD.optional) if c in pf.schema_arrow.names]
             read[number] = [name, 0]
             try:
-                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                    batch_rows, batch_pairs = batch.to_pylist(), []
-                    keys, checked_images = check_images(DATASET, batch_rows, images, limits, pool, store)
+                batches = (b.to_pylist() for b in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns))
+                for batch_rows, keys, checked_images in checked_batches(DATASET, batches, submitted, limits, pool, store):
+                    batch_pairs = []
                     for row, key in zip(batch_rows, keys):
                         pair = _pair(row, Path(path).name, read[number][1], seen)
                         read[number][1] += 1

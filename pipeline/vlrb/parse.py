@@ -26,7 +26,7 @@ from typing import Callable
 import pyarrow as pa
 
 from pipeline.contract import enforce
-from pipeline.embedded import check_images, image_pool
+from pipeline.embedded import checked_batches, image_pool
 from pipeline.dedupe.hashing import HashedImage
 from pipeline.quarantine import FILE_STAGE, Rejection, whole_file_faults
 from pipeline.settings import QualitySettings, ZipLimits
@@ -64,6 +64,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
     seen: dict[str, int] = {}
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
+    submitted: set[str] = set()  # image keys handed to the pool (checked_batches)
     done = 0
     with image_pool(files, "vlrb images") as pool:
         for number, path in enumerate(files):
@@ -76,9 +77,8 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
             columns = [c for c in (*SHARD.required, *SHARD.optional) if c in pf.schema_arrow.names]
             read[number] = [name, 0]
             try:
-                for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
-                    batch_rows = batch.to_pylist()
-                    keys, checked_images = check_images(DATASET, batch_rows, images, limits, pool)
+                batches = (b.to_pylist() for b in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns))
+                for batch_rows, keys, checked_images in checked_batches(DATASET, batches, submitted, limits, pool):
                     for row, key in zip(batch_rows, keys):
                         done += 1
                         read[number][1] += 1
