@@ -321,7 +321,14 @@ def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_th
     if not writable:
         blocked = tmp_path / "not-a-folder"
         blocked.write_text("a file where the spill folder should be")
-        monkeypatch.setattr(search, "spill_folder", lambda: str(blocked))
+
+        class Blocked:  # a spill folder DuckDB cannot write to
+            path = blocked
+
+            def close(self):
+                pass
+
+        monkeypatch.setattr(search, "spill_folder", Blocked)
     limits, own = [], search._connect
 
     def connect(spill=None):
@@ -355,32 +362,48 @@ def test_a_search_over_its_memory_limit_spills_or_starts_again_unlimited_with_th
         assert list(tmp_path.iterdir()) == ([] if writable else [blocked])
 
 
-def test_spill_folders_of_processes_gone_are_removed_once_untouched(tmp_path, monkeypatch):
-    """search.spill_folder removes the folder of a process that is gone (a search killed before
-    DuckDB could remove its files) once it has been untouched for SPILL_STALE, and leaves a recent
-    one and a live process's; it names its own after this process."""
+def test_a_search_killed_outright_leaves_a_spill_folder_the_next_search_removes(tmp_path):
+    """A process killed (SIGKILL) while its search holds a spill folder full of DuckDB's files: the
+    kernel drops the folder's lock, and the next search removes the folder; a folder whose search
+    is alive stays (pipeline.spill)."""
     import os
+    import signal
     import subprocess
-    import tempfile
-    import time
+    import sys
 
-    from pipeline.dedupe.search import SPILL_PREFIX, SPILL_STALE, spill_folder
-    from pipeline.liveness import process_start
+    from pipeline.dedupe.search import SPILL_PREFIX, NearPairs
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    old, recent = tmp_path / f"{SPILL_PREFIX}{gone.pid}-12345-a", tmp_path / f"{SPILL_PREFIX}{gone.pid}-12345-b"
-    live = tmp_path / f"{SPILL_PREFIX}{os.getpid()}-{int(process_start(os.getpid()))}-c"
-    for folder in (old, recent, live):
-        folder.mkdir()
-        (folder / "duckdb_temp_storage-0.tmp").write_bytes(b"x" * 100)
-    stale = time.time() - SPILL_STALE - 60
-    os.utime(old, (stale, stale))
-    os.utime(live, (stale, stale))
-    mine = spill_folder()
-    assert not old.exists() and recent.exists() and live.exists()
-    assert mine is not None and os.path.basename(mine).startswith(f"{SPILL_PREFIX}{os.getpid()}-")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    holder = """
+import sys, numpy as np
+from pipeline.dedupe.search import NearPairs
+found = NearPairs(np.arange(50, dtype=np.int64), np.zeros(50, dtype=np.int64), 4)
+(found.spill.path / "duckdb_temp_storage-0.tmp").write_bytes(b"x" * 1000)
+print(found.spill.path.name, flush=True)
+sys.stdin.read()
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=env, cwd=os.path.dirname(os.path.dirname(__file__))) for _ in range(2)]
+    try:
+        killed, alive = (p.stdout.readline().strip() for p in procs)
+        assert killed.startswith(SPILL_PREFIX) and alive.startswith(SPILL_PREFIX)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait()
+        assert (tmp_path / killed).is_dir()  # DuckDB's files and all: nobody removed them
+        import tempfile
+        before = tempfile.tempdir
+        tempfile.tempdir = str(tmp_path)
+        try:
+            with NearPairs(np.arange(50, dtype=np.int64), np.zeros(50, dtype=np.int64), 4) as found:
+                mine = found.spill.path.name
+                assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive, mine])
+        finally:
+            tempfile.tempdir = before
+        assert [p.name for p in tmp_path.iterdir()] == [alive]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def test_the_sort_of_every_pair_over_the_memory_limit_runs_again_under_duckdbs_own(tmp_path, monkeypatch):

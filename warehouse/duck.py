@@ -8,7 +8,6 @@ directory and even after the data root moves.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -56,40 +55,12 @@ def connect_readonly(db_path: Path, limits: SessionLimits | None = None) -> duck
 SPILL_PREFIX = "rewardhouse-sql-"
 
 
-@contextlib.contextmanager
 def spill_folder(base: Path):
-    """A reader's own folder for DuckDB to spill to, under `base`, removed on the way out. The
-    reader holds a lock file in it, so a folder left by a killed reader (its lock dropped by the
-    kernel) is removed by the next reader instead of piling up."""
-    import fcntl
-    import tempfile
-    import time
+    """A reader's own folder for DuckDB to spill to, under `base`, removed on the way out; one a
+    killed reader left is removed by the next reader (pipeline.spill)."""
+    from pipeline.spill import spill_folder as folder
 
-    base.mkdir(parents=True, exist_ok=True)
-    for old in base.glob(SPILL_PREFIX + "*"):
-        try:
-            fd = os.open(old / ".lock", os.O_RDWR)  # never created here: only its reader makes it
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            finally:
-                os.close(fd)
-        except FileNotFoundError:  # not locked yet: a reader starting now, unless it is old
-            try:
-                if time.time() - old.stat().st_mtime < 60:
-                    continue
-            except OSError:  # gone already
-                continue
-        except OSError:  # held: a reader at work
-            continue
-        shutil.rmtree(old, ignore_errors=True)
-    folder = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=base))
-    lock = open(folder / ".lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        yield folder
-    finally:
-        lock.close()
-        shutil.rmtree(folder, ignore_errors=True)
+    return folder(base, SPILL_PREFIX)
 
 
 class QueryStopped(Exception):

@@ -51,9 +51,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import shutil
 import tempfile
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
@@ -63,6 +61,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.settings import MAX_DEDUPE_DISTANCE
+from pipeline.spill import SpillFolder
 
 HASH_BITS = 64
 MAX_RADIUS = MAX_DEDUPE_DISTANCE  # beyond half the bits nothing is a near duplicate, and the search would be quadratic
@@ -180,31 +179,16 @@ def _as_int64(values: pa.Array | pa.ChunkedArray | np.ndarray, what: str) -> np.
 MEMORY_LIMIT = "400MB"  # DuckDB's working memory for one search; beyond it, it spills to its temp folder
 
 
-SPILL_PREFIX = "rewardhouse-search-"  # + pid-start-: a search's DuckDB spill folder in the system's temp folder
-SPILL_STALE = 600.0  # seconds untouched before the folder of a process gone is removed
+SPILL_PREFIX = "rewardhouse-search-"  # a search's DuckDB spill folder in the system's temp folder (pipeline.spill)
 
 
-def spill_folder() -> str | None:
-    """A new folder for one search's DuckDB spill files (in the system's temp folder: TMPDIR),
-    named after this process and its start. The folders of processes that are gone (killed in a
-    search: DuckDB removes its files only when it closes) are removed first, once untouched for
-    SPILL_STALE (a pid of another pid namespace sharing the folder is not seen here). None where
-    no folder can be made: the search then runs without the memory limit."""
-    from pipeline.liveness import process_start
-
-    root = Path(tempfile.gettempdir())
-    for old in root.glob(SPILL_PREFIX + "*"):
-        pid, start = (old.name[len(SPILL_PREFIX):].split("-") + ["", ""])[:2]
-        if not (pid.isdigit() and start.isdigit()):
-            continue
-        alive = process_start(int(pid))
-        try:
-            if (alive is None or int(alive) != int(start)) and time.time() - old.stat().st_mtime > SPILL_STALE:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError:  # gone meanwhile
-            continue
+def spill_folder() -> SpillFolder | None:
+    """A new folder for one search's DuckDB spill files in the system's temp folder (TMPDIR),
+    locked while the search holds it, so a search killed before DuckDB could remove its files
+    leaves a folder the next search removes (pipeline.spill). None where no folder can be made:
+    the search then runs without the memory limit."""
     try:
-        return tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-{int(process_start(os.getpid()) or 0)}-")
+        return SpillFolder(Path(tempfile.gettempdir()), SPILL_PREFIX)
     except OSError:
         return None
 
@@ -351,7 +335,7 @@ class NearPairs:
         if not 0 <= max_distance <= MAX_RADIUS:
             raise ValueError(f"max_distance must be within 0..{MAX_RADIUS}, got {max_distance}")
         self.con: duckdb.DuckDBPyConnection | None = None
-        self.spill: str | None = None
+        self.spill: SpillFolder | None = None
         if len(ids_np) < 2:
             return
         self.spill = spill_folder()
@@ -367,7 +351,7 @@ class NearPairs:
 
     def _search(self, ids: np.ndarray, hashes: np.ndarray, max_distance: int,
                 layout: list[tuple[int, int]] | None) -> None:
-        self.con = _connect(self.spill)
+        self.con = _connect(str(self.spill.path) if self.spill is not None else None)
         try:
             n = _prepare(self.con, ids, hashes)
             self.con.execute("create temp table found (ha bigint, hb bigint, distance tinyint)")
@@ -411,7 +395,7 @@ class NearPairs:
             self.con.close()
             self.con = None
         if self.spill is not None:
-            shutil.rmtree(self.spill, ignore_errors=True)
+            self.spill.close()
             self.spill = None
 
     def __enter__(self) -> "NearPairs":
