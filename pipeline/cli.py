@@ -392,10 +392,6 @@ def _run(args, state: dict) -> int:
     problem = _settings_problem(args, config) or _overrides_problem(config)
     if problem:  # at once, before the job is loaded or a run created
         return _fail(problem, 2)
-    if config["executor"] == "local" and (config.get("workers") or env.workers() or os.cpu_count() or 1) > 1:
-        from pipeline.dedupe.hashing import start_pool_server
-
-        start_pool_server()  # its preload overlaps the run's first steps (hashing.start_pool_server)
     from pipeline.definitions import defs
 
     job = defs.resolve_job_def("refresh")

@@ -196,52 +196,6 @@ def test_this_process_takes_chunks_while_the_pool_starts_and_every_item_is_done_
     assert calls == sorted(calls) and calls[-1] == 400
 
 
-def test_a_fork_server_started_early_serves_the_pools_and_dies_with_its_process(tmp_path):
-    """hashing.start_pool_server (`rewardhouse run` calls it before its first step): the pools fork
-    from that server, with the compiled loops already loaded there, and hash as before; a process
-    killed outright leaves no server behind."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    files = corpus()
-    for name, data in files:
-        (tmp_path / name).write_bytes(data)
-    script = f"""
-import os, sys, time
-from pathlib import Path
-from multiprocessing import forkserver
-from pipeline.dedupe.hashing import hash_files, start_pool_server
-start_pool_server()
-server = forkserver._forkserver._forkserver_pid
-items = [(p.name, p) for p in sorted(Path({str(tmp_path)!r}).iterdir())]
-two = hash_files(items, workers=2, chunk=2)
-one = hash_files(items, workers=1)
-assert forkserver._forkserver._forkserver_pid == server
-print(server, two == one, flush=True)
-time.sleep(60)
-"""
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        server, same = proc.stdout.readline().split()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    assert same == "True"
-
-    def alive(pid: str) -> bool:  # a zombie (its new parent has not reaped it yet) is gone too
-        try:
-            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    deadline = time.monotonic() + 10
-    while alive(server) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(server)
-
-
 def test_a_stop_while_this_process_hashes_ends_the_pool_too(tmp_path):
     """A stop raised from the progress callback (a run told to stop) while this process is
     hashing its own chunk: the exception reaches the caller, the queued chunks are dropped and the

@@ -572,19 +572,6 @@ def _pool_context():
     return ctx
 
 
-def start_pool_server() -> None:
-    """Start the hashing pools' fork server now rather than at the first pool: its preload (this
-    module and the compiled loops, about a second of a new process) then runs on a free core beside
-    what the caller does meanwhile (a run's first steps read and checksum files), and the first
-    pool's workers fork at once. Harmless when no pool follows; the server ends with this process."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return
-    from multiprocessing import forkserver
-
-    _pool_context()
-    forkserver.ensure_running()
-
-
 def _process_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of hashing workers (fork server with this module and the compiled loops loaded)."""
     return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init)
