@@ -130,7 +130,6 @@ class TableResult:
 
 
 def build_suite(table: str, quality: QualitySettings = QualitySettings()) -> gx.ExpectationSuite:
-    defer_unused_imports()
     """The expectation suite of one published table (named after the table), from its contract."""
     import great_expectations as gx
 
@@ -253,35 +252,6 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
 
 _IMPORT_LOCK = threading.Lock()
 _IMPORTING: threading.Thread | None = None
-DEFERRED = ("scipy.stats",)  # imported by GX's KL-divergence and KS-test expectations, used by no suite here
-
-
-def defer_unused_imports() -> None:
-    """Make `DEFERRED` modules load on first use instead of when GX imports them: GX's package
-    import runs `from scipy import stats` for expectations no suite here has, about a second of a
-    ~2.5 s import. The module object is importlib's LazyLoader's, put where `from scipy import
-    stats` finds it (sys.modules and the parent's attribute): the first attribute read executes it,
-    so anything that does use it gets the real module. Call before GX is first imported, from one
-    thread; a module already imported is left alone."""
-    import importlib.util
-    import sys
-
-    for name in DEFERRED:
-        if name in sys.modules:
-            continue
-        parent, _, child = name.rpartition(".")
-        try:
-            package = importlib.import_module(parent)
-            spec = importlib.util.find_spec(name)
-        except ImportError:  # not installed: GX's own import says so
-            continue
-        if spec is None or spec.loader is None:
-            continue
-        spec.loader = importlib.util.LazyLoader(spec.loader)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        setattr(package, child, module)
 
 
 def import_in_background() -> threading.Thread:
@@ -301,7 +271,6 @@ def import_in_background() -> threading.Thread:
 
     with _IMPORT_LOCK:
         if _IMPORTING is None:
-            defer_unused_imports()
             # What GX imports and Dagster's storage imports lazily (an error's path reaches
             # sqlalchemy.orm.exc) is imported here first: two threads importing one package can hand
             # each other a partly initialised module ("partially initialized module
@@ -378,7 +347,6 @@ def _open_context(docs_root: Path):
     gx_log = logging.getLogger("great_expectations")
     if gx_log.level == logging.NOTSET:  # GX logs every config (de)serialisation at INFO
         gx_log.setLevel(logging.WARNING)
-    defer_unused_imports()
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 

@@ -336,27 +336,3 @@ def test_validation_with_each_condition_filtered_once_says_what_gx_alone_says(re
         monkeypatch.setattr(owner, name, method)
     theirs, _ = validate_tables(broken, tmp_path / "theirs", "theirs")
     assert summary(ours) == summary(theirs)
-
-
-def test_scipy_stats_is_loaded_only_when_used(release_tables, tmp_path):
-    """GX imports scipy.stats for expectations no suite has (checks.suites.DEFERRED): a validation
-    with Data Docs leaves it unloaded, and code that does use it afterwards gets the real module."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    pq.write_table(release_tables["quarantine"], tmp_path / "q.parquet")
-    script = f"""
-import sys, pyarrow.parquet as pq
-from checks.suites import validate_tables
-results, index = validate_tables({{"quarantine": pq.read_table({str(tmp_path / 'q.parquet')!r})}}, {str(tmp_path / 'docs')!r}, "lazy")
-assert results["quarantine"].passed and index is not None and index.is_file()
-import great_expectations.expectations.core.expect_column_kl_divergence_to_be_less_than as kl
-print(type(sys.modules["scipy.stats"]).__name__, kl.stats is sys.modules["scipy.stats"])
-from scipy import stats
-print(round(float(stats.entropy([0.5, 0.5], [0.25, 0.75])), 4), type(sys.modules["scipy.stats"]).__name__)
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         cwd=Path(__file__).resolve().parents[1])
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["_LazyModule", "True", "0.1438", "module"]
