@@ -28,15 +28,19 @@ def check_images(dataset: str, rows: list[dict], seen, limits: ZipLimits, pool,
     return keys, dict(zip(todo, results))
 
 
-def checked_batches(dataset: str, batches: Iterable[list[dict]], submitted: set, limits: ZipLimits, pool,
+def checked_batches(dataset: str, batches: Iterable[list[dict]], seen, limits: ZipLimits, pool,
                     store: ImageStore | None = None, column: str = "image") -> Iterator[tuple[list, list, dict]]:
     """check_images over a stream of row batches, one batch ahead: batch i+1's images are handed to
     the pool before batch i is given back (its rows, keys and checked images), so the workers decode
-    while the caller reads and handles rows. `submitted`: the keys handed to the pool so far (the
-    caller's across shards; each image is checked once). A batch that cannot be read raises after
-    the batches before it have been given back. Memory: two batches."""
+    while the caller handles rows. `seen`: the caller's images kept so far (read as check_images
+    reads it, live: the caller adds to it while it handles a batch). An image of batch i+1 that batch
+    i has in flight is not handed over again: its check comes back with batch i+1 too, so a row of
+    batch i that was dropped before it kept its image does not leave a later row without one. A
+    batch that cannot be read raises after the batches before it have been given back. Memory: two
+    batches."""
     it = iter(batches)
-    pending = None
+    pending = None  # (rows, keys, todo, results) of the batch in flight
+    last: dict = {}  # the checks of the batch given back last
     while True:
         try:
             rows = next(it)
@@ -44,20 +48,37 @@ def checked_batches(dataset: str, batches: Iterable[list[dict]], submitted: set,
             break
         except BaseException:
             if pending is not None:
-                yield _collected(pending)
+                yield _collected(pending, last)
             raise
-        keys, todo, results = _submit(dataset, rows, submitted, limits, pool, store, column)
-        submitted.update(todo)
+        in_flight = pending[2] if pending is not None else {}
+        job = (rows, *_submit(dataset, rows, _Either(seen, in_flight), limits, pool, store, column))
         if pending is not None:
-            yield _collected(pending)
-        pending = (rows, keys, todo, results)
+            done = _collected(pending, last)
+            last = done[2]
+            yield done
+        pending = job
     if pending is not None:
-        yield _collected(pending)
+        yield _collected(pending, last)
 
 
-def _collected(pending) -> tuple[list, list, dict]:
+class _Either:
+    """`key in` either container."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __contains__(self, key) -> bool:
+        return key in self.first or key in self.second
+
+
+def _collected(pending, last: dict) -> tuple[list, list, dict]:
+    """A batch's rows, keys and checks: its own, and those its images had in the batch before."""
     rows, keys, todo, results = pending
-    return rows, keys, dict(zip(todo, results))
+    checked = dict(zip(todo, results))
+    for key in keys:
+        if key is not None and key not in checked and key in last:
+            checked[key] = last[key]
+    return rows, keys, checked
 
 
 def _submit(dataset: str, rows: list[dict], seen, limits: ZipLimits, pool, store: ImageStore | None,

@@ -240,3 +240,36 @@ def test_a_shard_whose_every_row_is_refused_is_refused_whole(tmp_path, upstream)
     assert stages.count("parse") == upstream.num_rows and out.pairs.num_rows == 0
     assert [(r.stage, r.record_key, r.reason) for r in out.rejected if r.stage == "file"] == \
         [("file", sample.RELPATH, "nothing usable: all of its rows (101) were refused, each with its own quarantine row")]
+
+
+def test_an_image_first_met_on_a_dropped_row_is_kept_by_a_later_row_in_the_next_batch_or_shard(tmp_path):
+    """A row without an id (dropped before its image is kept) shows an image that a good row of the
+    next batch, or of the next shard, shows too: the good row keeps it (the batches are checked one
+    ahead, embedded.checked_batches)."""
+    from pipeline.vlrb.parse import BATCH_ROWS
+
+    def png(colour):
+        out = io.BytesIO()
+        Image.new("RGB", (40, 30), colour).save(out, "PNG")
+        return out.getvalue()
+
+    red = png((255, 0, 0))
+    schema = pa.schema([("id", pa.string()), ("query", pa.string()), ("response", pa.list_(pa.string())),
+                        ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                        ("human_ranking", pa.list_(pa.int64()))])
+
+    def shard(name, rows):
+        path = tmp_path / name
+        pq.write_table(pa.Table.from_pylist([{"id": i, "query": "q", "response": ["a", "b"], "human_ranking": [0, 1],
+                                              "image": None if b is None else {"bytes": b, "path": None}}
+                                             for i, b in rows], schema=schema), path)
+        return path
+
+    next_batch = [shard("a.parquet", [(None, red)] + [(f"r{i}", None) for i in range(1, BATCH_ROWS)] + [("last", red)])]
+    next_shard = [shard("b1.parquet", [(None, red)]), shard("b2.parquet", [("c", red)])]
+    for files in (next_batch, next_shard):
+        out = parse_vlrb(files, ZipLimits(), root=tmp_path)
+        key = "sha256:" + hashlib.sha256(red).hexdigest()
+        assert out.images["image_key"].to_pylist() == [key]
+        assert [k for k in out.pairs["image_key"].to_pylist() if k] == [key]
+        assert "row has no id" in [r.reason for r in out.rejected]

@@ -131,7 +131,6 @@ def parse_rlaifv(files: list[Path], limits: ZipLimits, quality: QualitySettings 
     seen: dict[str, int] = {}  # pair id given -> the last n given to a row whose own id is it (`_pair`)
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
-    submitted: set[str] = set()  # image keys handed to the pool (checked_batches)
     done = 0
     with image_pool(files, "rlaifv images") as pool:
         for number, path in enumerate(files):
@@ -145,7 +144,7 @@ def parse_rlaifv(files: list[Path], limits: ZipLimits, quality: QualitySettings 
             read[number] = [name, 0]
             try:
                 batches = (b.to_pylist() for b in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns))
-                for batch_rows, keys, checked_images in checked_batches(DATASET, batches, submitted, limits, pool, store):
+                for batch_rows, keys, checked_images in checked_batches(DATASET, batches, images, limits, pool, store):
                     batch_pairs = []
                     for row, key in zip(batch_rows, keys):
                         pair = _pair(row, Path(path).name, read[number][1], seen)

@@ -64,7 +64,6 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
     seen: dict[str, int] = {}
     read: dict[int, list] = {}  # per shard read whole: [its name, rows]; and each pair's shard
     origin: dict[str, int] = {}
-    submitted: set[str] = set()  # image keys handed to the pool (checked_batches)
     done = 0
     with image_pool(files, "vlrb images") as pool:
         for number, path in enumerate(files):
@@ -78,7 +77,7 @@ def parse_vlrb(files: list[Path], limits: ZipLimits, quality: QualitySettings = 
             read[number] = [name, 0]
             try:
                 batches = (b.to_pylist() for b in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns))
-                for batch_rows, keys, checked_images in checked_batches(DATASET, batches, submitted, limits, pool):
+                for batch_rows, keys, checked_images in checked_batches(DATASET, batches, images, limits, pool):
                     for row, key in zip(batch_rows, keys):
                         done += 1
                         read[number][1] += 1
