@@ -151,6 +151,9 @@ def reuse_or_compute_parts(log, parts: dict[str, tuple[Path, Callable[[], tuple[
         _record(folder, value, plain)
         return value, plain, False
 
+    folders = [folder for folder, _ in parts.values()]
+    if len(set(folders)) != len(folders):
+        raise ValueError("reuse_or_compute_parts: each part needs a folder of its own")
     out: dict[str, tuple[Staged, dict, bool]] = {}
     pending: dict = {}
     with ThreadPoolExecutor(1, thread_name_prefix="staged parts") as writer:

@@ -22,19 +22,29 @@ UNLOCKED_GRACE = 60.0  # seconds a folder without its lock file yet is left alon
 
 
 class SpillFolder:
-    """A new folder `prefix`XXXX under `base` (made if missing), locked by this process until
-    `close()`, which removes it. Abandoned folders of the same prefix are removed first. Raises
-    OSError when the folder cannot be made."""
+    """A new folder `prefix`XXXX under `base`, locked by this process until `close()`, which removes
+    it. Abandoned folders of the same prefix are removed first. `make_base`: create `base` when it
+    is missing (else a missing `base` is an OSError, as is a folder that cannot be made). The lock
+    file is locked under another name and then renamed `.lock`, so no other process can find a
+    `.lock` that is not held yet."""
 
-    def __init__(self, base: Path, prefix: str):
+    def __init__(self, base: Path, prefix: str, make_base: bool = True):
         base = Path(base)
-        base.mkdir(parents=True, exist_ok=True)
+        if make_base:
+            base.mkdir(parents=True, exist_ok=True)
         remove_abandoned(base, prefix)
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        self._lock = None
         try:
-            self._lock = open(self.path / ".lock", "w")
-            fcntl.flock(self._lock, fcntl.LOCK_EX)
-        except OSError:
+            lock = open(self.path / ".lock.new", "w")
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                os.rename(self.path / ".lock.new", self.path / ".lock")
+            except BaseException:
+                lock.close()
+                raise
+            self._lock = lock
+        except BaseException:
             shutil.rmtree(self.path, ignore_errors=True)
             raise
 

@@ -51,3 +51,38 @@ def test_a_folder_is_locked_while_held_and_removed_on_close(tmp_path):
     blocked.write_text("not a folder")
     with pytest.raises(OSError):
         SpillFolder(blocked, "p-")
+
+
+def test_a_folder_being_made_is_never_taken_for_abandoned(tmp_path, monkeypatch):
+    """Another user's clean-up that runs while a folder is being made (between its creation and its
+    lock) leaves it alone: its `.lock` appears only once it is held."""
+    import pipeline.spill as spill
+
+    rename, seen = os.rename, []
+
+    def rename_after_a_cleanup(src, dst):
+        remove_abandoned(tmp_path, "p-")  # as another process would, at the worst moment
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        rename(src, dst)
+
+    monkeypatch.setattr(spill.os, "rename", rename_after_a_cleanup)
+    with spill_folder(tmp_path, "p-") as path:
+        assert seen == [[path.name]] and (path / ".lock").is_file()
+        monkeypatch.setattr(spill.os, "rename", rename)
+        remove_abandoned(tmp_path, "p-")
+        assert path.is_dir()
+
+
+def test_a_search_needs_no_temp_folder_of_its_own_making(tmp_path, monkeypatch):
+    """The candidate search does not create a missing TMPDIR: it runs without the memory limit."""
+    import tempfile
+
+    import numpy as np
+
+    from pipeline.dedupe.search import NearPairs
+
+    missing = tmp_path / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(missing))
+    with NearPairs(np.arange(20, dtype=np.int64), np.zeros(20, dtype=np.int64), 2) as found:
+        assert found.spill is None and len(found.table()) == 190
+    assert not missing.exists()

@@ -101,3 +101,10 @@ def test_an_error_while_computing_waits_for_the_write_under_way_which_is_recorde
         reuse_or_compute_parts(log, {k: (tmp_path / k, compute(k)) for k in "ab"}, write)
     assert finished == ["a"]  # the step raised only after the write it started had ended
     assert recorded(tmp_path / "a") is not None and recorded(tmp_path / "b") is None
+
+
+def test_two_parts_may_not_share_a_folder(tmp_path):
+    with pytest.raises(ValueError, match="a folder of its own"):
+        reuse_or_compute_parts(log, {"a": (tmp_path / "x", lambda: ({}, {})), "b": (tmp_path / "x", lambda: ({}, {}))},
+                               write_staged)
+    assert list(tmp_path.iterdir()) == []

@@ -188,7 +188,7 @@ def spill_folder() -> SpillFolder | None:
     leaves a folder the next search removes (pipeline.spill). None where no folder can be made:
     the search then runs without the memory limit."""
     try:
-        return SpillFolder(Path(tempfile.gettempdir()), SPILL_PREFIX)
+        return SpillFolder(Path(tempfile.gettempdir()), SPILL_PREFIX, make_base=False)
     except OSError:
         return None
 
@@ -351,8 +351,8 @@ class NearPairs:
 
     def _search(self, ids: np.ndarray, hashes: np.ndarray, max_distance: int,
                 layout: list[tuple[int, int]] | None) -> None:
-        self.con = _connect(str(self.spill.path) if self.spill is not None else None)
         try:
+            self.con = _connect(str(self.spill.path) if self.spill is not None else None)
             n = _prepare(self.con, ids, hashes)
             self.con.execute("create temp table found (ha bigint, hb bigint, distance tinyint)")
             if max_distance > 0 and n > 1:
