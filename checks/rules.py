@@ -11,14 +11,14 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.gate import ERROR, WARN, CheckOutcome, psi, violations
-from pipeline.settings import QualitySettings
+from pipeline.settings import quiet_duckdb, QualitySettings
 
 # The outcome type and helpers live in pipeline/gate.py (datasets' own rules use them too).
 __all__ = ["ERROR", "WARN", "CheckOutcome", "psi", "violations"]
 
 
 def connect(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     for name, table in tables.items():
         con.register(name, table)
     return con

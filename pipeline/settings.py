@@ -13,6 +13,7 @@ from pipeline import env
 # Bump when the meaning or shape of a published table changes: it is part of the release id.
 TRANSFORM_VERSION = "10"
 
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Upstream pins. The annotation commit is the one the issue and ../shared/SOURCES.md name.
@@ -312,3 +313,11 @@ class Layout:
 # InternVL upstream (jsonl annotations + image zips) that a local mirror may hold instead.
 VISUALPRM_REPO = "mm-eval/VisualPRM400K"
 VISUALPRM_UPSTREAM_REPO = "OpenGVLab/VisualPRM400K"
+
+
+def quiet_duckdb(con):
+    """A DuckDB connection without its progress bar, which DuckDB draws on standard output (a
+    terminal or not) for a query over 2 s: it would land inside `rewardhouse dedupe`'s CSV or
+    `rewardhouse sql`'s rows. A setting of the connection (DuckDB refuses it in `config`)."""
+    con.execute("set enable_progress_bar = false")
+    return con

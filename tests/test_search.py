@@ -434,3 +434,34 @@ def test_the_sort_of_every_pair_over_the_memory_limit_runs_again_under_duckdbs_o
     with search._connect(None) as con:
         assert con.execute("select current_setting('temp_directory')").fetchall()[0][0] == ""
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_progress_bar_reaches_standard_output():
+    """DuckDB draws a progress bar on standard output, terminal or not, for a query that runs past
+    progress_bar_time (2 s): the search's connection (whose pairs `rewardhouse dedupe` may print as
+    CSV on standard output) and the other connections this code opens have it off
+    (settings.quiet_duckdb), and a search's query of 3-4 s prints nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import duckdb
+from pipeline.dedupe.search import _connect
+from pipeline.visualprm.readers import connect
+from pipeline.decontam.records import quiet_duckdb
+bar = duckdb.connect()
+bar.execute("set progress_bar_time = 0")
+bar.execute("select count(*) from range(60000000) t(x) where x % 7 = 3").fetchall()
+print("default drew", flush=True)
+for con in (_connect(None), connect(), quiet_duckdb(duckdb.connect())):
+    print(con.execute("select current_setting('enable_progress_bar')").fetchall()[0][0], flush=True)
+_connect(None).execute("select count(*) from range(1500000000) t(x) where x % 7 = 3").fetchall()
+print("done", flush=True)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    drawn, rest = out.stdout.split("default drew\n", 1)
+    assert "%" in drawn  # DuckDB's default draws one: the check can fail
+    assert rest == "False\nFalse\nFalse\ndone\n"

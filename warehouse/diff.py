@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from pipeline import env
-from pipeline.settings import Layout
+from pipeline.settings import Layout, quiet_duckdb
 from warehouse.store import Manifest, ReleaseStore
 
 if TYPE_CHECKING:  # imported when a diff runs: `import warehouse` stays as quick as `load` needs
@@ -131,7 +131,7 @@ def _session(rel: Releases) -> Iterator[duckdb.DuckDBPyConnection]:
 
     from warehouse.duck import spill_folder
 
-    with spill_folder(Path(env.sql_temp_dir() or tempfile.gettempdir())) as spill, duckdb.connect() as con:
+    with spill_folder(Path(env.sql_temp_dir() or tempfile.gettempdir())) as spill, quiet_duckdb(duckdb.connect()) as con:
         con.execute(f"set memory_limit = {_lit(MEMORY_LIMIT)}")
         con.execute(f"set temp_directory = {_lit(str(spill))}")
         con.execute("set preserve_insertion_order = false")

@@ -160,6 +160,7 @@ class SessionLimits:
 def lock_session(con: duckdb.DuckDBPyConnection, limits: SessionLimits | None = None) -> duckdb.DuckDBPyConnection:
     """Add the reader conveniences and the session's limits, then shut the session off from every
     other file for good (the limits are part of the locked configuration)."""
+    con.execute("set enable_progress_bar = false")  # a long query's bar would land among the rows (settings.quiet_duckdb)
     for statement in _SESSION_MACROS:
         con.execute(statement)
     if limits is not None:

@@ -23,7 +23,7 @@ from typing import Callable
 
 from pipeline.checksums import sha256_file
 from pipeline.sources.objects import filesystem
-from pipeline.settings import Layout
+from pipeline.settings import quiet_duckdb, Layout
 from warehouse.objectstore import ObjectReleaseStore, ObjectStoreError, Root
 from warehouse.store import MANIFEST, Manifest, ReleaseStore
 
@@ -237,7 +237,7 @@ def connect_remote(remote: str, release: str | None = None):
         raise LookupError(f"no current release under {remote}; run `rewardhouse run` with REWARDHOUSE_HOME={remote}")
     if rid not in {m.release_id for m in found}:
         raise LookupError(f"no release {rid!r} under {remote}; releases: {', '.join(m.release_id for m in found) or 'none'}")
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register_filesystem(_BucketFS.make())
     url = f"{FS_PROTOCOL}://{root.bucket}/{root.key('releases', rid, DATABASE)}"
     try:

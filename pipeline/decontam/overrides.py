@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.dedupe.decisions import OVERRIDES_APPLIED_SCHEMA
+from pipeline.settings import quiet_duckdb
 
 _TEXT_COLUMNS = ("text_overlap", "matched_text", "longest_span")  # NULL once a row is an image leak only
 
@@ -56,7 +57,7 @@ def apply_text_not_leak(leaks: pa.Table, overrides) -> tuple[pa.Table, pa.Table]
                      "eval_dataset": evals[0], "eval_key": evals[1]})
     decisions = pa.Table.from_pylist(rows, schema=_DECISIONS_SCHEMA)
 
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     try:
         keys = leaks.select(["train_dataset", "train_key", "eval_dataset", "eval_key", "leak"])
         con.register("leaks", keys.append_column("row", pa.array(np.arange(leaks.num_rows, dtype=np.int64))))

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from pipeline.decontam.text import RECORD_TEXT_SCHEMA
 from pipeline.settings import LEAK_CLASSES  # noqa: F401  (text | image | full)
+from pipeline.settings import quiet_duckdb
 
 RECORD_CONTAMINATION_SCHEMA = pa.schema([
     ("train_dataset", pa.string()),
@@ -53,7 +54,7 @@ def dataset_records(dataset: str, text_sql: str | None, images_sql: str | None,
     """One dataset's record texts (dataset, key, text) and record images (dataset, image_key,
     record), by its SQL over its staged tables (name -> Parquet path; only what the SQL reads is
     read). No `text_sql`: no texts (the dataset is compared by its images only)."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     try:
         for name, path in tables.items():
             if str(path).endswith(".parquet"):
@@ -75,7 +76,7 @@ def image_links(contamination: pa.Table, record_images: pa.Table) -> pa.Table:
     """Image `contamination` rows brought to records: (train_dataset, train_key, eval_dataset,
     eval_key, image_kind, train_image_key, eval_image_key), one row per pair of records, the
     closest pair of pictures (exact before near, then the higher score)."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("contamination", contamination)
     con.register("record_images", record_images)
     return con.sql(f"""
@@ -93,7 +94,7 @@ def image_links(contamination: pa.Table, record_images: pa.Table) -> pa.Table:
 def record_contamination(text_leaks: pa.Table, images: pa.Table) -> pa.Table:
     """Text leaks (text.TEXT_LEAK_SCHEMA) and image links (`image_links`) joined per pair of
     records into RECORD_CONTAMINATION_SCHEMA, sorted."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("t", text_leaks)
     con.register("i", images)
     out = con.sql("""
@@ -116,7 +117,7 @@ def record_contamination(text_leaks: pa.Table, images: pa.Table) -> pa.Table:
 def eval_image_links(clusters: pa.Table, record_images: pa.Table, eval_sets: tuple[str, ...]) -> pa.Table:
     """Pictures shared by records of two eval sets (one duplicate cluster): (dataset_a, key_a,
     dataset_b, key_b, image_kind), dataset_a < dataset_b."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("clusters", clusters)
     con.register("record_images", record_images)
     con.register("eval_sets", pa.table({"name": pa.array(list(eval_sets), pa.string())}))
@@ -138,7 +139,7 @@ def eval_image_links(clusters: pa.Table, record_images: pa.Table, eval_sets: tup
 
 def eval_overlap(text_leaks: pa.Table, images: pa.Table) -> pa.Table:
     """Text leaks between two eval sets (left = a) and `eval_image_links`, per pair of records."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("t", text_leaks)
     con.register("i", images)
     out = con.sql("""
@@ -159,7 +160,7 @@ def sample_leaks(records: pa.Table, key: str, leaks: pa.Table, dataset: str, kee
     `leak`, the strongest class among its rows of `leaks` (full, then image, then text; NULL for
     none), `leaked_from` (the eval records it copies, 'dataset:key', sorted) and `leak_removed`:
     it has a leak of a class that `keep` does not keep."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("records_in", records.select([key]))
     con.register("leaks", leaks)
     con.register("keep_list", pa.table({"leak": pa.array(list(keep), pa.string())}))
@@ -186,7 +187,7 @@ def removed_by_leak(leaks: pa.Table, dataset: str, kept: tuple[str, ...],
                     eval_sets: tuple[str, ...]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """What the training export of `dataset` leaves out for leaks, in records: per eval set (a
     record that copies two eval sets counts in both), and per leak class and eval set."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("leaks", leaks)
     con.register("keep_list", pa.table({"leak": pa.array(list(kept), pa.string())}))
     rows = con.execute("""
@@ -212,7 +213,7 @@ def excluded_reason(records: pa.Table, duplicate: pa.ChunkedArray | pa.Array, le
     vlrb:VLRB_0007'), its duplicate ('duplicate of <key>'), its images ('image unavailable'),
     joined by '; '. `records` has `leak`, `leaked_from` and `duplicate_of`; the masks are the
     reasons that applied."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("r", records.select(["leak", "leaked_from", "duplicate_of"]).append_column(
         "by_dup", duplicate).append_column("by_leak", leak).append_column("by_image", unavailable))
     out = con.sql("""

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from pipeline.dedupe.engine import ROUTES, Dedupe, Forced, dedupe, phash_distance
 from pipeline.dedupe.hashing import THUMB_BYTES, HashedImage, is_flat
+from pipeline.settings import quiet_duckdb
 
 HASHES_SCHEMA = pa.schema(
     [
@@ -212,7 +213,7 @@ order by 1, 2, 3, 4
 
 def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets: Sequence[str], train_sets: Sequence[str]) -> pa.Table:
     """Contamination rows for `eval_sets` x `train_sets`."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     try:
         con.register("images_in", pa.table({
             "row": pa.array(np.arange(hashes.num_rows, dtype=np.int64)),
@@ -413,7 +414,7 @@ window w as (partition by sig.image_clusters, sig.question_norm, sig.steps_norm 
 
 def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters: pa.Table, contamination: pa.Table) -> pa.Table:
     """prm_samples plus image_clusters, is_duplicate, duplicate_of, is_contaminated."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     for name, table in (("samples", samples), ("steps", steps.select(["sample_id", "step_index", "text"])),
                         ("images", images.select(["image_key", "sha256"])), ("clusters", clusters),
                         ("contamination", contamination)):

@@ -60,7 +60,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from pipeline.settings import MAX_DEDUPE_DISTANCE
+from pipeline.settings import MAX_DEDUPE_DISTANCE, quiet_duckdb
 from pipeline.spill import SpillFolder
 
 HASH_BITS = 64
@@ -206,7 +206,7 @@ def _connect(spill: str | None = None) -> duckdb.DuckDBPyConnection:
         config.update(memory_limit=MEMORY_LIMIT, temp_directory=spill)
     else:  # DuckDB's own limit, and nothing written to the working directory
         config.update(temp_directory="")
-    return duckdb.connect(config=config)
+    return quiet_duckdb(duckdb.connect(config=config))
 
 
 # ---------------------------------------------------------------------------------------------

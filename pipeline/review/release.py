@@ -16,6 +16,7 @@ from pipeline.dedupe.decisions import SIGNATURE_BATCH
 from pipeline.review.page import RecordId, RecordLeaks, ReviewInput, ReviewStats, write_review
 from pipeline.review.thumbnails import ThumbnailStore
 from pipeline.spec import load
+from pipeline.settings import quiet_duckdb
 
 RECORDS_SCHEMA = pa.schema([("dataset", pa.string()), ("image_key", pa.string()), ("record", pa.string()),
                             ("in_export", pa.bool_())])
@@ -31,7 +32,7 @@ def _sql_str(text: str) -> str:
 
 def _connect(tables: dict[str, Path]) -> duckdb.DuckDBPyConnection:
     """A connection with a view per table of the candidate."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     for name, path in tables.items():
         con.execute(f'create view "{name}" as select * from read_parquet({_sql_str(str(path))})')
     return con

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import duckdb
+from pipeline.settings import quiet_duckdb
 import pyarrow as pa
 
 
 def lookup(parquet: Path, key_column: str, keys: Iterable[str], columns: str) -> list[tuple]:
     """(key, *columns) of the rows of a Parquet file whose `key_column` is one of `keys`."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     try:
         con.register("wanted", pa.table({"k": pa.array(list(keys), pa.string())}))
         return con.execute(f"select {key_column}, {columns} from read_parquet(?) t "

@@ -26,6 +26,7 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.quarantine import Rejection
+from pipeline.settings import quiet_duckdb
 
 DATASET = "rlaifv"
 EXPORT_NAME = "rlaifv_train"
@@ -38,7 +39,7 @@ _NORMALISED = "regexp_replace(lower(trim({0})), '\\s+', ' ', 'g')"
 def mark_pairs(pairs: pa.Table, clusters: pa.Table) -> pa.Table:
     """rlaifv_pairs plus `image_cluster` (the duplicate cluster of its image, NULL when alone),
     `is_duplicate` and `duplicate_of` (the first pair over the same picture and question)."""
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("pairs", pairs)
     con.register("clusters", clusters.select(["dataset", "image_key", "cluster_id"]))
     question = _NORMALISED.format("p.question")
@@ -76,7 +77,7 @@ def build_export(pairs: pa.Table, images: pa.Table, out_dir: Path, image_store: 
     from pipeline.trl import PREFERENCE, TrlWriter, assistant_turn, store_reader, user_turn
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("pairs", pairs.select(["pair_id", "question", "chosen", "rejected", "image_key"]))
     con.register("images", images.select(["image_key", "status", "store_path"]))
     con.execute("""

@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from pipeline.quarantine import Rejection
+from pipeline.settings import quiet_duckdb
 
 DATASET = "visualprm"
 EXPORT_NAME = "visualprm_train"
@@ -96,7 +97,7 @@ def build_export(samples: pa.Table, steps: pa.Table, images: pa.Table, out_dir: 
     store, the same rows as TRL stepwise supervision (`visualprm_train_trl.parquet`: the question,
     the steps, their labels as bools, the images embedded)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("samples", samples.select(["sample_id", "question", "image_refs", "source"]))
     con.register("steps", steps.select(["sample_id", "step_index", "text", "label"]))
     con.register("images", images.select(["image_key", "status", "store_path", "problem"]))

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from pipeline.quarantine import FILE_STAGE, Rejection, utf8_text, whole_file_faults
 from pipeline.visualprm.contract import SHARD
+from pipeline.settings import quiet_duckdb
 
 DATASET = "visualprm"
 
@@ -193,4 +194,4 @@ def refused_files(con: duckdb.DuckDBPyConnection, samples: pa.Table) -> list[Rej
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    return duckdb.connect()
+    return quiet_duckdb(duckdb.connect())

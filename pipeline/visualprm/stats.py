@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+from pipeline.settings import quiet_duckdb
 import pyarrow as pa
 
 _STATS_SQL = """
@@ -51,6 +52,6 @@ def label_stats(samples: pa.Table) -> pa.Table:
     first negative step is their last (high under upstream's early stop), per source and overall."""
     if samples.num_rows == 0:
         return STATS_SCHEMA.empty_table()
-    con = duckdb.connect()
+    con = quiet_duckdb(duckdb.connect())
     con.register("samples", samples)
     return con.sql(_STATS_SQL).to_arrow_table().cast(STATS_SCHEMA)
