@@ -118,15 +118,23 @@ def reuse_or_compute(log, folder: Path, compute: Callable[[], tuple[Staged, dict
     """The recorded (value, plain metadata) of `folder` if it is complete, else run `compute`
     (which writes the staged files under `folder` and returns them) and record it. The last item
     says whether the record was reused."""
-    saved = _finished(folder)
+    saved = _reused(log, folder)
     if saved:
-        log.info(f"inputs unchanged: reusing {folder}")
-        os.utime(folder / RESULT_FILE)  # last use, for `rewardhouse gc`
-        return saved[0], saved[1], True
+        return saved
     stop_point()
     value, plain = compute()
     _record(folder, value, plain)
     return value, plain, False
+
+
+def _reused(log, folder: Path) -> Optional[tuple[Staged, dict, bool]]:
+    """A finished folder's record, its last use marked (for `rewardhouse gc`); None if unfinished."""
+    saved = _finished(folder)
+    if not saved:
+        return None
+    log.info(f"inputs unchanged: reusing {folder}")
+    os.utime(folder / RESULT_FILE)
+    return saved[0], saved[1], True
 
 
 def _record(folder: Path, value: Staged, plain: dict) -> None:
@@ -160,11 +168,9 @@ def reuse_or_compute_parts(log, parts: dict[str, tuple[Path, Callable[[], tuple[
         for key, (folder, compute) in parts.items():
             for done in [f for f in pending.values() if f.done()]:
                 done.result()  # a failed write raises here, before more work
-            saved = _finished(folder)
+            saved = _reused(log, folder)
             if saved:
-                log.info(f"inputs unchanged: reusing {folder}")
-                os.utime(folder / RESULT_FILE)
-                out[key] = (saved[0], saved[1], True)
+                out[key] = saved
                 continue
             stop_point()
             tables, plain = compute()
