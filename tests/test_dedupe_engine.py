@@ -587,11 +587,21 @@ def _nearest_by_sorting(pairs, k):
     return keep
 
 
-def test_the_per_image_cap_counts_distances_and_ranks_only_the_ties_as_a_full_sort_would():
+# engine.SMALL_PAIRS: a search of at most that many pairs is capped by sorting (engine._keep_nearest),
+# a larger one by the compiled phases (capkernel); 0 sends every search through the compiled loops
+CAP_WAYS = pytest.mark.parametrize("small_pairs", [0, None], ids=["compiled", "sorted"])
+
+
+@CAP_WAYS
+def test_the_per_image_cap_counts_distances_and_ranks_only_the_ties_as_a_full_sort_would(small_pairs, monkeypatch):
     """engine._nearest (each image's pairs counted per distance; only those at its k-th nearest
-    distance ranked by the other image's number) keeps exactly the pairs a full sort keeps, on
-    random graphs dense with ties, for caps from 1 to beyond every image's degree."""
+    distance ranked by the other image's number; or, for few pairs, sorted) keeps exactly the pairs
+    a full sort keeps, on random graphs dense with ties, for caps from 1 to beyond every image's degree."""
+    from pipeline.dedupe import engine
     from pipeline.dedupe.engine import Pairs, _nearest
+
+    if small_pairs is not None:
+        monkeypatch.setattr(engine, "SMALL_PAIRS", small_pairs)
 
     rng = np.random.default_rng(11)
     for _ in range(200):
@@ -606,12 +616,19 @@ def test_the_per_image_cap_counts_distances_and_ranks_only_the_ties_as_a_full_so
             assert np.array_equal(_nearest(pairs, k), _nearest_by_sorting(pairs, k)), (nodes, len(chosen), k)
 
 
-def test_capping_each_route_as_it_comes_keeps_the_pairs_a_cap_over_all_routes_keeps():
+@CAP_WAYS
+def test_capping_each_route_as_it_comes_keeps_the_pairs_a_cap_over_all_routes_keeps(small_pairs, monkeypatch):
     """candidate_pairs caps each route's pairs before they meet (the pHash/crop search as three
     routes of its own); the result must be what capping every route's pairs together keeps, with
     the same route and distance per pair: checked against the uncapped search and a full sort, on
-    crowded random hashes where pairs turn up on several routes at different distances."""
+    crowded random hashes where pairs turn up on several routes at different distances; the
+    compiled phases and the sort of a small search alike, down to the findings counted as left out."""
+    from pipeline.dedupe import engine
     from pipeline.dedupe.engine import Pairs
+
+    if small_pairs is not None:
+        monkeypatch.setattr(engine, "SMALL_PAIRS", small_pairs)
+    compiled = (lambda *a, **k: _compiled_search(engine, monkeypatch, *a, **k)) if small_pairs is None else None
 
     rng = np.random.default_rng(5)
 
@@ -641,6 +658,16 @@ def test_capping_each_route_as_it_comes_keeps_the_pairs_a_cap_over_all_routes_ke
             assert set(zip(got.a.tolist(), got.b.tolist(), got.route.tolist(), got.distance.tolist())) == expected, (trial, k)
             # findings left out: each pair left out at least once (more when several routes found it)
             assert len(got) == len(expected) and got.capped >= len(everything) - len(got) > 0, (trial, k)
+            if compiled is not None:  # the sorted way counts what the compiled phases count
+                again = compiled(*routes[:4], searchable, 8, max_per_image=k, robust=routes[4], robust_ok=pictures)
+                assert again.capped == got.capped and np.array_equal(again.a, got.a) and np.array_equal(again.b, got.b)
+
+
+def _compiled_search(engine, monkeypatch, *args, **kwargs):
+    """candidate_pairs with every search capped by the compiled phases."""
+    with monkeypatch.context() as m:
+        m.setattr(engine, "SMALL_PAIRS", 0)
+        return candidate_pairs(*args, **kwargs)
 
 
 def _decide_on_map(per_cell: int, quiet_max: float) -> np.ndarray:

@@ -138,6 +138,17 @@ def nearest_keep(a, b, dist, k, size, keep):
 
 
 def warm() -> None:
-    """Compile (or load from the cache) the loops for the types the engine passes."""
+    """Compile (or load from the cache) every loop for the types the engine passes (int64 image
+    numbers, int16 distances): engine._capped's phases and engine._nearest_of's nearest_keep."""
+    a, b, d = np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int16)
     keep = np.zeros(1, np.bool_)
-    nearest_keep(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int16), 1, 2, keep)
+    nearest_keep(a, b, d, 1, 2, keep)
+    counts = np.zeros((2, 2), np.int32)
+    add_counts(a, b, d, counts)
+    threshold, before, offsets = np.empty(2, np.int64), np.empty(2, np.int64), np.empty(3, np.int64)
+    limits(counts, 1, threshold, before)
+    heap, used = np.empty(tie_slots(threshold, before, 1, 2, offsets), np.int64), np.zeros(2, np.int64)
+    rank_ties(a, b, d, threshold, offsets, heap, used)
+    cutoff = np.empty(2, np.int64)
+    cutoffs(offsets, heap, used, cutoff)
+    keep_at(a, b, d, threshold, cutoff, keep)

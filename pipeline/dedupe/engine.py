@@ -100,13 +100,21 @@ def _capped(ids: np.ndarray, hashes: np.ndarray, max_distance: int, k: int, size
     count each image's pairs per distance, to rank the ties at each image's k-th distance in at
     most k slots per image, and to keep what the counts and the ranks say. Memory holds the counts,
     the slots, one batch and the pairs kept, never every pair a crowd of look-alikes makes."""
-    from pipeline.dedupe import capkernel as ck
-
     searched = routed(hashes)
     levels = max_distance + 1
     kept: list[list] = [[] for _ in range(routes)]
     total = 0
     with NearPairs(ids[searched], hashes[searched], max_distance) as found:
+        batches = found.batches(max(SMALL_PAIRS, 1))
+        first = next(batches, None)
+        if first is None or next(batches, None) is None:  # few pairs, held at once: _keep_nearest
+            parts = split(*first) if first is not None else []
+            out = [(a[keep], b[keep], d[keep]) for a, b, d in parts for keep in [_keep_nearest(a, b, d, k)]]
+            out += [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int16))] * (routes - len(out))
+            return out, sum(len(x[0]) for x in parts) - sum(len(x[0]) for x in out)
+        del first, batches
+        from pipeline.dedupe import capkernel as ck
+
         counts = [np.zeros((size, levels), np.int32) for _ in range(routes)]
         for batch in found.batches():
             for r, (a, b, d) in enumerate(split(*batch)):
@@ -266,15 +274,39 @@ def _nearest_of(a: np.ndarray, b: np.ndarray, distance: np.ndarray, k: int, size
     (capkernel.nearest_keep): the same arithmetic as whole-array numpy made temporaries of every
     pair and of every image x distance (5.3 M crowded pairs: 1.6-5 s, most of it fresh pages
     zeroed, against 0.3 s)."""
-    from pipeline.dedupe.capkernel import nearest_keep
-
     n = len(a)
     keep = np.zeros(n, bool)
     if n == 0:
         return keep
     a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if n <= SMALL_PAIRS:
+        return _keep_nearest(a, b, np.asarray(distance), k)
+    from pipeline.dedupe.capkernel import nearest_keep
+
     size = int(max(a.max(), b.max())) + 1 if size is None else size
     nearest_keep(a, b, np.asarray(distance).astype(np.int16, copy=False), int(k), int(size), keep)
+    return keep
+
+
+SMALL_PAIRS = 1 << 16  # pairs ranked at once by _keep_nearest; more, by the compiled phases (capkernel)
+
+
+def _keep_nearest(a: np.ndarray, b: np.ndarray, distance: np.ndarray, k: int) -> np.ndarray:
+    """capkernel.nearest_keep's rule for pairs held at once, by sorting: each image's pairs from
+    both ends, by distance and then the other image's number; a pair stays when it is among the
+    k first of either image. For few pairs (SMALL_PAIRS) this costs less than loading the
+    compiled loops (about half a second in a new process), the same keep either way."""
+    n = len(a)
+    keep = np.zeros(n, bool)
+    if n == 0 or k <= 0:
+        return keep
+    me, other = np.concatenate([a, b]), np.concatenate([b, a])
+    order = np.lexsort((other, np.concatenate([distance, distance]), me))
+    me = me[order]
+    start = np.ones(2 * n, bool)
+    start[1:] = me[1:] != me[:-1]
+    first = np.maximum.accumulate(np.where(start, np.arange(2 * n), 0))
+    keep[order[np.arange(2 * n) - first < k] % n] = True
     return keep
 
 

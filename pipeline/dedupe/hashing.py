@@ -20,8 +20,13 @@ How these relate to imagehash on the same file:
   is rounded away so coefficients that are exactly 0 (flat or mirror-symmetric rows/columns,
   where scipy's FFT returns exact zeros) land on the same side of the median.
 - JPEGs are decoded at reduced scale (Pillow's `draft`: libjpeg's 1/2, 1/4 or 1/8 DCT scaling,
-  as grey, never below 64 px a side, the verification thumbnail's size) before the same LANCZOS
-  resize: about 40 % off the decode (2.2 instead of 3.7 ms for an average 1000x750 JPEG here).
+  never below DRAFT_SIDE px a side) before the same LANCZOS resize: about 40 % off the decode
+  (2.2 instead of 3.7 ms for an average 1000x750 JPEG here). DRAFT_SIDE is 96, three quarters of
+  the signature's 128 px: a 1024 x 768 photo is decoded at 1/8 (128 x 96) rather than 1/4, a
+  640 x 480 one at 1/4 rather than 1/2, about 20 % off a whole image's hashing on the bench's
+  photos; the signature of a 96-row draft is resized up to 128 rows, and `make bench`'s held-back
+  quality figures did not move beyond one pair either way. (A chart's 256 px second-look luma
+  is decoded again at its own size when the draft is smaller, as before.)
   The grey comes from the JPEG's Y channel instead of Pillow's RGB->L, and the shrink is a block
   average before the LANCZOS, so a few bits differ from imagehash's; tests/test_hashing.py
   measures and bounds the difference on 30 photo-like JPEGs of 320x240..640x480, and `make
@@ -83,6 +88,7 @@ THUMB_SIDE = 64  # the grey thumbnail the region hashes are read from (and verif
 DETAIL_SIDE = 128  # the verification signature (verify.py): 128x128 luma (Y) ...
 CHROMA_SIDE = 32  # ... and 32x32 Cb and Cr (offset by 128, as JPEG stores them)
 THUMB_BYTES = DETAIL_SIDE * DETAIL_SIDE + 2 * CHROMA_SIDE * CHROMA_SIDE  # 18,432 bytes per image
+DRAFT_SIDE = 96  # a JPEG is decoded at the smallest DCT scale that keeps at least this many pixels a side
 FLAT_STD = 3.0  # a thumbnail with less spread than this (grey levels) is flat: no structure to match
 
 Progress = Callable[[int, int, float], None]  # (done, total, images per second)
@@ -351,7 +357,6 @@ def warm() -> None:
     sigkernels.probe(rows, cols, DETAIL_SIDE, DETAIL_SIDE, "lanczos")
     sigkernels.probe(rows, cols, CHROMA_SIDE, CHROMA_SIDE, "box")
     _ycc_signature(np.zeros((rows, DETAIL_SIDE + 16, 3), np.uint8)[:, :cols])
-    _pixels(Image.new("YCbCr", (8, 8)), 3)  # its import of pyarrow, before the workers fork
     read_detail(np.zeros((DETAIL_SIDE, DETAIL_SIDE), np.uint8))
     read_detail(np.arange(DETAIL_SIDE * DETAIL_SIDE, dtype=np.uint8).reshape(DETAIL_SIDE, DETAIL_SIDE), with_hashes=False)
 
@@ -408,24 +413,27 @@ def _jpeg_ycc(im: Image.Image) -> np.ndarray | None:
     not come out as YCbCr (decoded, in its own mode)."""
     if im.mode != "RGB":
         return None
-    im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))
+    im.draft("YCbCr", (DRAFT_SIDE, DRAFT_SIDE))
     im.load()
     return _pixels(im, 3) if im.mode == "YCbCr" else None
 
 
 def _pixels(im: Image.Image, bands: int) -> np.ndarray:
     """A loaded image's pixels as a rows x columns x bands uint8 array: a view of Pillow's own
-    memory where Pillow exports it to Arrow (its 4-byte pixels, from Pillow 11.2; np.asarray
-    copies them through tobytes, about 40 us for a 320 x 240 draft), else np.asarray's copy."""
-    try:
-        import pyarrow as pa
+    memory where Pillow exports it to Arrow (its 4-byte pixels, from Pillow 11.2) and pyarrow is
+    loaded already, else np.asarray's copy (through tobytes: about 10 us more for a 160 x 120
+    draft; importing pyarrow for it would cost a hashing worker 0.15 s before its first image)."""
+    if "pyarrow" in sys.modules:
+        try:
+            import pyarrow as pa
 
-        cells = pa.array(im)
-        if cells.type.list_size != 4 or cells.offset:
-            raise ValueError("not 4-byte pixels")
-        return cells.values.to_numpy(zero_copy_only=True).reshape(im.size[1], im.size[0], 4)[:, :, :bands]
-    except Exception:  # an older Pillow, an image in several blocks: the copy
-        return np.asarray(im)
+            cells = pa.array(im)
+            if cells.type.list_size != 4 or cells.offset:
+                raise ValueError("not 4-byte pixels")
+            return cells.values.to_numpy(zero_copy_only=True).reshape(im.size[1], im.size[0], 4)[:, :, :bands]
+        except Exception:  # an older Pillow, an image in several blocks: the copy
+            pass
+    return np.asarray(im)
 
 
 def _jpeg_draft(im: Image.Image, resize=pillow_resize, ycc: np.ndarray | None = None
@@ -442,7 +450,7 @@ def _jpeg_draft(im: Image.Image, resize=pillow_resize, ycc: np.ndarray | None = 
                 resize(ycc[..., 2], CHROMA_SIDE, CHROMA_SIDE, "box"))
     if colour:  # decoded already, not as YCbCr
         return (np.asarray(_grey(im)), *_chroma_planes(im))
-    im.draft("L", (DETAIL_SIDE, DETAIL_SIDE))
+    im.draft("L", (DRAFT_SIDE, DRAFT_SIDE))
     return np.asarray(_grey(im)), _NEUTRAL, _NEUTRAL
 
 

@@ -43,9 +43,9 @@ the instance in the data root after the run). Floors, each in its own process af
 
     *_raw                the dataset's files read once and sha256'd (one process)
     visualprm_samples    the id and messages columns read from the shard (pyarrow)
-    visualprm_images     every embedded image decoded once (JPEG draft >= 128 px), one process
-    vlrb_pairs           every image decoded once (draft >= 128 px), one process, as the step does
-    mmrb2_task_images    every JPEG of the zip read and decoded with Pillow draft to >= 128 px on
+    visualprm_images     every embedded image decoded once (JPEG draft >= 96 px), one process
+    vlrb_pairs           every image decoded once (draft >= 96 px), one process, as the step does
+    mmrb2_task_images    every JPEG of the zip read and decoded with Pillow draft to >= 96 px on
                          2 processes; and the zip read from disk front to back
     outside the steps    `python -c "import pipeline.definitions"` (interpreter + imports)
 
@@ -635,9 +635,11 @@ def run_stats(dagster_home: str) -> dict:
 def _decode(data: bytes) -> None:
     from PIL import Image
 
+    from pipeline.dedupe.hashing import DRAFT_SIDE
+
     with Image.open(io.BytesIO(data)) as im:
-        if im.format == "JPEG":
-            im.draft("YCbCr" if im.mode == "RGB" else "L", (128, 128))
+        if im.format == "JPEG":  # the draft the signature decodes at
+            im.draft("YCbCr" if im.mode == "RGB" else "L", (DRAFT_SIDE, DRAFT_SIDE))
         im.load()
 
 
@@ -780,11 +782,11 @@ def floors(mirror: Path) -> dict[str, tuple[float, str]]:
     d = best("prm-decode", prm)
     out["visualprm_images"] = (d["seconds"], f"decode the {d['n']:,} embedded images once, 1 process")
     d = best("vlrb-decode", vlrb)
-    out["vlrb_pairs"] = (d["seconds"], f"decode the {d['n']:,} images (draft >= 128 px), 1 process")
+    out["vlrb_pairs"] = (d["seconds"], f"decode the {d['n']:,} images (draft >= 96 px), 1 process")
     d = best("mmrb2-decode", zip_path)
     r = best("read", zip_path)
     size = (mirror / MMRB2_ZIP).stat().st_size
-    out["mmrb2_task_images"] = (d["seconds"], f"decode {d['n']:,} JPEGs (draft >= 128 px), 2 processes; "
+    out["mmrb2_task_images"] = (d["seconds"], f"decode {d['n']:,} JPEGs (draft >= 96 px), 2 processes; "
                                               f"disk read of the zip {r['seconds']:.1f}s ({size / r['seconds'] / 1e6:,.0f} MB/s)")
     out["(outside the steps)"] = (best("imports", times=3)["seconds"], "python -c 'import pipeline.definitions'")
     return out

@@ -4,7 +4,7 @@
     ours-files   pipeline.dedupe.hashing.hash_files, every core
     floor-zip    the same pool, chunks and reads as ours-zip, doing only open + draft + load
     floor-files  likewise for the folder (the decode floor: nothing left to hash)
-    decode-files the same pool decoding each file as the signature needs it (YCbCr, >= 128 px a
+    decode-files the same pool decoding each file as the signature needs it (YCbCr, >= 96 px a
                  side, where the floor's grey decode stops at 32 px): what is ours beyond decoding
     imagehash    `for p in files: imagehash.phash(Image.open(p))`, one process, as users write it
     imagededup   PHash().encode_images(image_dir=..., num_enc_workers=<cores>), run by the
@@ -103,10 +103,10 @@ def floor_file_chunk(chunk, decode=_floor_bytes):
 def _decode_for_signature(data: bytes) -> None:
     from PIL import Image
 
-    from pipeline.dedupe.hashing import DETAIL_SIDE
+    from pipeline.dedupe.hashing import DRAFT_SIDE
 
     with Image.open(io.BytesIO(data)) as im:
-        im.draft("YCbCr", (DETAIL_SIDE, DETAIL_SIDE))  # what the signature needs: colour, >= 128 px a side
+        im.draft("YCbCr", (DRAFT_SIDE, DRAFT_SIDE))  # what the signature needs: colour, >= DRAFT_SIDE px a side
         im.load()
 
 
@@ -274,7 +274,7 @@ def main() -> None:
 
     notes = {
         "floor-files": "open + draft + load, same pool",
-        "decode-files": "open + the signature's decode (YCbCr, >= 128 px), same pool",
+        "decode-files": "open + the signature's decode (YCbCr, >= 96 px), same pool",
         "floor-zip": "read entry + open + draft + load, same pool",
         "ours-files": "sha256 + pHash + dHash + size",
         "ours-zip": "same, entries read in place",
@@ -290,7 +290,7 @@ def main() -> None:
     print(f"  ours-files / floor-files time {rate['floor-files'] / rate['ours-files']:.2f}x, "
           f"ours-zip / floor-zip time {rate['floor-zip'] / rate['ours-zip']:.2f}x   (target <= 1.3x)")
     print(f"  ours-files / decode-files time {rate['decode-files'] / rate['ours-files']:.2f}x   (the decode our "
-          f"signature needs: colour at >= 128 px, where the floor's grey 32 px pHash decode stops)")
+          f"signature needs: colour at >= 96 px, where the floor's grey 32 px pHash decode stops)")
     print(f"  ours-files vs imagehash loop {rate['ours-files'] / rate['imagehash']:.1f}x images/s   (target >= 3x)")
     if dedup:
         print(f"  ours-files vs imagededup     {rate['ours-files'] / rate['imagededup']:.1f}x images/s")
