@@ -877,9 +877,32 @@ def _without_pandas() -> None:
     warnings.filterwarnings("ignore", message="pyarrow requires pandas", category=UserWarning)
 
 
+def _more_files_than(root: Path, n: int) -> bool:
+    """Whether a folder holds more than n files, counted until it does (not only images: a guess
+    that costs a directory walk cut short)."""
+    seen = 0
+    try:
+        for _, _, names in os.walk(root):
+            seen += len(names)
+            if seen > n:
+                return True
+    except OSError:
+        return False
+    return False
+
+
 def cmd_dedupe(args) -> int:
     import time
 
+    from pipeline import env
+
+    if not args.explain and (args.workers or os.cpu_count() or 1) > 1 and not (args.executor == "ray" or env.ray_address()):
+        # a folder of more images than one process hashes faster alone (hashing.SMALL_BATCH) is
+        # hashed by a pool whose fork server is started here, ready by the time the images are listed
+        from pipeline.dedupe.hashing import SMALL_BATCH, start_pool_server
+
+        if _more_files_than(Path(args.dir), SMALL_BATCH):
+            start_pool_server()
     from pipeline.dedupe.folder import dedupe_folder, explain_pair
 
     root = Path(args.dir)
@@ -906,7 +929,6 @@ def cmd_dedupe(args) -> int:
             last[0] = time.perf_counter()
             print(text, file=sys.stderr, flush=True)
 
-    from pipeline import env
     from pipeline.dedupe.executor import Executor
     from pipeline.dedupe.ray_executor import RayUnavailable
 

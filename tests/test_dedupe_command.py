@@ -160,3 +160,32 @@ def test_progress_written_to_a_log_is_whole_lines(tmp_path):
     *progress, summary = done.stderr.splitlines()
     assert progress and all(re.fullmatch(r"hashed \d+/12 images \(\d+/s\)", line) for line in progress), progress
     assert progress[-1].startswith("hashed 12/12 ") and summary.startswith("12 images, ")
+
+
+def test_a_folder_a_pool_hashes_starts_its_fork_server_early_and_finds_the_copies(tmp_path):
+    """A folder of more images than one process hashes alone (hashing.SMALL_BATCH) goes to the
+    pool, whose fork server `rewardhouse dedupe` starts before it lists the images: the planted
+    copies are found as with one process, every image hashed once; `_more_files_than` counts only
+    as far as it needs to."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pipeline.cli import _more_files_than
+    from pipeline.dedupe.hashing import SMALL_BATCH
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    n = SMALL_BATCH + 20
+    for seed in range(n):
+        picture(seed, (96, 72)).save(d / f"p{seed:04d}.jpg", quality=90)
+    picture(3, (96, 72)).resize((80, 60)).save(d / "copy_of_p0003.png")
+    assert _more_files_than(d, n) and not _more_files_than(d, n + 1) and not _more_files_than(tmp_path / "none", 0)
+    cli = Path(sys.executable).with_name("rewardhouse")
+    done = subprocess.run([str(cli), "dedupe", str(d), "--workers", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert len(rows) == n + 1
+    by_path = {r["path"]: r for r in rows}
+    assert by_path["copy_of_p0003.png"]["cluster_id"] == by_path["p0003.jpg"]["cluster_id"]
+    assert done.stderr.splitlines()[-1].startswith(f"{n + 1} images, ")
