@@ -584,11 +584,15 @@ def start_pool_server() -> None:
     """Start the hashing pool's fork server now, when the pool is sure to come (its imports and
     compiled loops take about 0.7 s of one core): it gets ready while this process does what comes
     before the first image (imports, listing the images) instead of after. Nothing where the pool
-    does not use a fork server."""
+    does not use a fork server; a fork server that cannot start here is left to the pool's own
+    start, which reports why."""
     if _pool_context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()
+        try:
+            forkserver.ensure_running()
+        except Exception:  # noqa: BLE001 - the pool starts it again and fails with the reason
+            pass
 
 
 def _process_pool(workers: int) -> ProcessPoolExecutor:
