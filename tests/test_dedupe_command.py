@@ -189,3 +189,43 @@ def test_a_folder_a_pool_hashes_starts_its_fork_server_early_and_finds_the_copie
     by_path = {r["path"]: r for r in rows}
     assert by_path["copy_of_p0003.png"]["cluster_id"] == by_path["p0003.jpg"]["cluster_id"]
     assert done.stderr.splitlines()[-1].startswith(f"{n + 1} images, ")
+
+
+def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group) while `rewardhouse dedupe` of a folder the pool
+    hashes is starting, its fork server included: one line, exit 130, no traceback from any
+    process of the group, and nothing of it left running a moment later."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pipeline.dedupe.hashing import SMALL_BATCH
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for seed in range(SMALL_BATCH + 20):
+        picture(seed, (96, 72)).save(d / f"p{seed:04d}.jpg", quality=90)
+    cli = Path(sys.executable).with_name("rewardhouse")
+    for delay in (0.1, 0.15, 0.2, 0.3, 0.5):
+        p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err[-3000:])
+        # it may have finished first; or the signal came before Python's own handler (a slow start)
+        assert p.returncode in (0, 130, -signal.SIGINT), (delay, p.returncode, err)
+        if p.returncode == 130:
+            assert err.strip().splitlines()[-1] == "rewardhouse: interrupted", (delay, err)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(p.pid, 0)  # a process of the group still there
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")

@@ -577,7 +577,8 @@ def _pool_context():
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, "pipeline.dedupe.pool_warm"])  # workers fork with the compiled loops loaded
+    # workers fork with the compiled loops loaded; pool_warm first: it ignores SIGINT before the imports
+    ctx.set_forkserver_preload(["pipeline.dedupe.pool_warm", __name__])
     return ctx
 
 
@@ -590,10 +591,20 @@ def start_pool_server() -> None:
     if _pool_context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
+        # The fork server starts with SIGINT ignored (an ignored signal stays ignored across exec,
+        # and Python then installs no handler of its own), as it ignores it anyway once its
+        # preloads are done: a Ctrl-C to the process group in its first second would otherwise
+        # print its KeyboardInterrupt traceback under this command's "interrupted". This process
+        # ignores SIGINT only while the fork server is spawned (a few milliseconds).
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
             forkserver.ensure_running()
         except Exception:  # noqa: BLE001 - the pool starts it again and fails with the reason
             pass
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
 
 
 def _process_pool(workers: int) -> ProcessPoolExecutor:
