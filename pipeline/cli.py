@@ -897,12 +897,13 @@ def cmd_dedupe(args) -> int:
     from pipeline import env
 
     if not args.explain and (args.workers or os.cpu_count() or 1) > 1 and not (args.executor == "ray" or env.ray_address()):
-        # a folder of more images than one process hashes faster alone (hashing.SMALL_BATCH) is
+        # a folder of more images than one process hashes faster alone (forkserver.SMALL_BATCH) is
         # hashed by a pool whose fork server is started here, ready by the time the images are listed
-        from pipeline.dedupe.hashing import SMALL_BATCH, start_pool_server
+        # (forkserver imports neither NumPy nor Pillow: the fork server starts before they load here)
+        from pipeline.dedupe import forkserver
 
-        if _more_files_than(Path(args.dir), SMALL_BATCH):
-            start_pool_server()
+        if _more_files_than(Path(args.dir), forkserver.SMALL_BATCH):
+            forkserver.start()
     from pipeline.dedupe.folder import dedupe_folder, explain_pair
 
     root = Path(args.dir)

@@ -196,6 +196,26 @@ def test_this_process_takes_chunks_while_the_pool_starts_and_every_item_is_done_
     assert calls == sorted(calls) and calls[-1] == 400
 
 
+@pytest.mark.parametrize("n,size,workers", [(3000, 64, 2), (14017, 64, 2), (130, 64, 2), (100, 64, 2), (7, 64, 4),
+                                             (400, 4, 2), (0, 64, 2), (1, 64, 2), (3000, 64, 1)])
+def test_chunks_take_every_job_once_in_order_and_end_in_small_ones(n, size, workers):
+    """hashing._chunks: every job once, in order (a zip's chunks follow its layout), never fewer
+    chunks than workers; the last `workers` chunks' worth is cut TAIL_SPLIT times finer, so no
+    worker is left waiting out another's last whole chunk."""
+    from pipeline.dedupe.hashing import TAIL_SPLIT, _chunks
+
+    jobs = [(i, f"k{i}", None) for i in range(n)]
+    chunks = _chunks(jobs, size, workers)
+    assert [j for c in chunks for j in c] == jobs
+    assert all(chunks) and len(chunks) >= min(n, workers)
+    sizes = [len(c) for c in chunks]
+    if n >= 2 * workers * size and size >= 2 * TAIL_SPLIT:
+        small = size // TAIL_SPLIT
+        assert max(sizes) == size and sum(sizes[-workers * TAIL_SPLIT:]) == workers * size
+        assert max(sizes[-workers * TAIL_SPLIT:]) == small
+    assert max(sizes, default=0) <= size
+
+
 def test_a_stop_while_this_process_hashes_ends_the_pool_too(tmp_path):
     """A stop raised from the progress callback (a run told to stop) while this process is
     hashing its own chunk: the exception reaches the caller, the queued chunks are dropped and the

@@ -9,10 +9,28 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.dedupe import search
 from pipeline.dedupe.clusters import canonical_rank, connected_components
 from pipeline.dedupe.search import _even_layout, band_layout, band_radii, count_candidates, near_pairs
 
 MASK64 = (1 << 64) - 1
+
+
+@pytest.fixture(autouse=True)
+def joins(monkeypatch):
+    """The search's DuckDB band joins, whatever the number of hashes (a few thousand are otherwise
+    compared pair by pair, search.every_pair): the tests of its spill folder and memory limit are
+    the joins'; those of its pairs run both ways (`both_ways`)."""
+    monkeypatch.setattr(search, "BRUTE_MAX", 0)
+
+
+@pytest.fixture(params=["joins", "every_pair"])
+def both_ways(request, monkeypatch):
+    monkeypatch.setattr(search, "BRUTE_MAX", 0 if request.param == "joins" else 1 << 30)
+    return request.param
+
+
+both = pytest.mark.usefixtures("both_ways")
 
 
 def brute_force(ids: np.ndarray, hashes: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,6 +80,7 @@ def assert_same_pairs(table: pa.Table, expected: tuple[np.ndarray, np.ndarray, n
     np.testing.assert_array_equal(table["distance"].to_numpy().astype(np.int64), d)
 
 
+@both
 @pytest.mark.parametrize("r", [0, 1, 3, 6, 8, 10, 16])
 def test_near_pairs_equal_brute_force_on_planted_hashes(r):
     for seed in range(2):
@@ -79,6 +98,7 @@ def test_every_band_count_is_exact(r):
         assert_same_pairs(near_pairs(ids, hashes, r, layout=_even_layout(r, bands)), expected)
 
 
+@both
 def test_radius_boundary_is_inclusive_on_negative_hashes():
     lo = -(1 << 63)  # only the top bit set
     hashes = np.array([lo, lo ^ 0b111, (1 << 63) - 1, 0, 0b1111], dtype=np.int64)
@@ -88,6 +108,7 @@ def test_radius_boundary_is_inclusive_on_negative_hashes():
     assert [tuple(p.values()) for p in near_pairs(np.arange(5), hashes, 4).to_pylist()] == four
 
 
+@both
 def test_identical_hashes_pair_at_distance_zero_once_each():
     hashes = np.array([5, 9, 5, 5, 9], dtype=np.int64)
     pairs = near_pairs(np.array([40, 30, 20, 10, 0]), hashes, 0).to_pylist()
@@ -99,6 +120,7 @@ def test_identical_hashes_pair_at_distance_zero_once_each():
     ]
 
 
+@both
 def test_arrow_and_unsigned_inputs_give_the_same_pairs():
     ids, hashes = planted_hashes(3, 600, 5)
     expected = brute_force(ids, hashes, 5)
@@ -106,6 +128,7 @@ def test_arrow_and_unsigned_inputs_give_the_same_pairs():
     assert_same_pairs(near_pairs(ids, hashes.view(np.uint64), 5), expected)
 
 
+@both
 def test_bad_inputs_are_refused_with_a_reason():
     with pytest.raises(ValueError, match="unique"):
         near_pairs(np.array([1, 1]), np.array([0, 0]), 2)
@@ -261,6 +284,7 @@ def test_kind_distance_and_cluster_id_of_members():
                    "edit": (cid, False, 3, "near", 1.0)}
 
 
+@both
 def test_search_then_components_end_to_end():
     # Three near copies of one image (a chain) and an unrelated one.
     base = 0x0123_4567_89AB_CDEF
@@ -281,6 +305,7 @@ def _crowd(seed: int, n: int, templates: int, bits: int = 3) -> np.ndarray:
     return (t[rng.integers(0, templates, n)].view(np.uint64) ^ masks).view(np.int64)
 
 
+@both
 def test_near_pairs_read_in_batches_are_the_pairs_read_at_once_and_leave_nothing_behind(tmp_path, monkeypatch):
     """search.NearPairs: its batches (read twice, in batches of a few pairs) hold exactly the pairs
     of its table and of brute force; leaving it removes its spill folder."""
@@ -293,7 +318,8 @@ def test_near_pairs_read_in_batches_are_the_pairs_read_at_once_and_leave_nothing
     a, b, d = brute_force(ids, hashes, 6)
     expected = sorted(zip(a.tolist(), b.tolist(), d.tolist()))
     with NearPairs(ids, hashes, 6) as found:
-        assert [p.name.startswith(SPILL_PREFIX) for p in tmp_path.iterdir()] == [True]
+        # the joins keep their pairs in DuckDB, spilling to a folder of their own; every_pair in memory
+        assert [p.name.startswith(SPILL_PREFIX) for p in tmp_path.iterdir()] == ([True] if found.held is None else [])
         for _ in range(2):
             got = [(x, y, z) for ba, bb, bd in found.batches(rows=37) for x, y, z in zip(ba.tolist(), bb.tolist(), bd.tolist())]
             assert sorted(got) == expected
@@ -376,7 +402,9 @@ def test_a_search_killed_outright_leaves_a_spill_folder_the_next_search_removes(
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     holder = """
 import sys, numpy as np
+import pipeline.dedupe.search as search
 from pipeline.dedupe.search import NearPairs
+search.BRUTE_MAX = 0  # the joins, which hold a spill folder
 found = NearPairs(np.arange(50, dtype=np.int64), np.zeros(50, dtype=np.int64), 4)
 (found.spill.path / "duckdb_temp_storage-0.tmp").write_bytes(b"x" * 1000)
 print(found.spill.path.name, flush=True)
@@ -465,3 +493,28 @@ print("done", flush=True)
     drawn, rest = out.stdout.split("default drew\n", 1)
     assert "%" in drawn  # DuckDB's default draws one: the check can fail
     assert rest == "False\nFalse\nFalse\ndone\n"
+
+
+def test_a_crowd_found_pair_by_pair_is_handed_to_the_joins_with_the_same_pairs(monkeypatch, tmp_path):
+    """search.every_pair stops once it has found more than BRUTE_PAIRS pairs (look-alikes whose
+    pairs grow with the square of their number): the search then runs as the joins, which keep them
+    within DuckDB's memory limit, and finds the same pairs. Below the limit the pairs are held."""
+    import tempfile
+
+    from pipeline.dedupe.search import NearPairs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(search, "BRUTE_MAX", 1 << 30)
+    hashes = _crowd(7, 1500, 3)
+    ids = np.arange(1500, dtype=np.int64) * 3 - 100
+    a, b, d = brute_force(ids, hashes, 6)
+    expected = sorted(zip(a.tolist(), b.tolist(), d.tolist()))
+    assert len(expected) > 100_000
+    for most, held in ((len(expected) - 1, False), (len(expected), True)):
+        monkeypatch.setattr(search, "BRUTE_PAIRS", most)
+        with NearPairs(ids, hashes, 6) as found:
+            assert (found.held is not None) == held and (found.con is None) == held
+            got = [(x, y, z) for ba, bb, bd in found.batches(rows=50_000)
+                   for x, y, z in zip(ba.tolist(), bb.tolist(), bd.tolist())]
+            assert sorted(got) == expected
+            assert [tuple(r.values()) for r in found.table().to_pylist()] == expected

@@ -79,10 +79,12 @@ def test_a_search_needs_no_temp_folder_of_its_own_making(tmp_path, monkeypatch):
 
     import numpy as np
 
+    from pipeline.dedupe import search
     from pipeline.dedupe.search import NearPairs
 
     missing = tmp_path / "gone"
     monkeypatch.setattr(tempfile, "tempdir", str(missing))
+    monkeypatch.setattr(search, "BRUTE_MAX", 0)  # the joins (20 hashes are otherwise compared pair by pair)
     with NearPairs(np.arange(20, dtype=np.int64), np.zeros(20, dtype=np.int64), 2) as found:
         assert found.spill is None and len(found.table()) == 190
     assert not missing.exists()

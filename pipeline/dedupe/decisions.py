@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -213,6 +212,8 @@ order by 1, 2, 3, 4
 
 def contamination_table(hashes: pa.Table, result: Dedupe, eval_sets: Sequence[str], train_sets: Sequence[str]) -> pa.Table:
     """Contamination rows for `eval_sets` x `train_sets`."""
+    import duckdb  # here: `rewardhouse dedupe DIR` never loads it
+
     con = quiet_duckdb(duckdb.connect())
     try:
         con.register("images_in", pa.table({
@@ -414,6 +415,8 @@ window w as (partition by sig.image_clusters, sig.question_norm, sig.steps_norm 
 
 def mark_samples(samples: pa.Table, steps: pa.Table, images: pa.Table, clusters: pa.Table, contamination: pa.Table) -> pa.Table:
     """prm_samples plus image_clusters, is_duplicate, duplicate_of, is_contaminated."""
+    import duckdb
+
     con = quiet_duckdb(duckdb.connect())
     for name, table in (("samples", samples), ("steps", steps.select(["sample_id", "step_index", "text"])),
                         ("images", images.select(["image_key", "sha256"])), ("clusters", clusters),
