@@ -707,6 +707,8 @@ class ZipHasher:
         self.zf: zipfile.ZipFile | None = None  # opened by the first batch (an unreadable archive raises there)
         self.offsets: dict[str, int] = {}
         self.pool = _process_pool(self.workers) if self.workers > 1 else None
+        if self.pool is not None:  # its fork server gets ready while the central directory is read
+            forkserver.start()
 
     def hash(self, items: list[tuple[str, str]], progress: Progress | None = None, chunk: int = 64) -> list[HashedImage]:
         if self.zf is None:
