@@ -348,3 +348,14 @@ def test_phash_distance_under_everyday_edits():
         assert median[mild] <= 4 and max(distances[mild]) <= 8, mild
     assert 2 <= median["crop 5% per side"] <= 16
     assert median["horizontal flip"] >= 20  # a mirrored image is a different image to pHash
+
+
+def test_pool_warm_cuts_short_the_exit_of_the_fork_server_only():
+    """pool_warm ends the hashing pool's fork server without the interpreter's teardown (os._exit
+    at exit); any other process that imports it keeps its own exit status."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import pipeline.dedupe.pool_warm; raise SystemExit(3)"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]

@@ -11,13 +11,17 @@ the fork server ends when the process that started it does."""
 import atexit
 import os
 import signal
+import sys
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 # The fork server ends when the process that started it does (its pipe's end of file): at once,
 # without the interpreter's teardown of NumPy, Pillow and numba (about 0.17 s of one core, during
 # which it still holds the command's standard output and error: `rewardhouse dedupe DIR | ...`
 # would wait for it). It writes nothing and holds nothing to flush; its workers exit on their own.
-atexit.register(os._exit, 0)
+# Only in the fork server itself (`python -c "from multiprocessing.forkserver import main; ..."`):
+# any other process that imported this module keeps its own exit status.
+if sys.argv[:1] == ["-c"] and "multiprocessing.forkserver" in sys.modules:
+    atexit.register(os._exit, 0)
 
 from pipeline.dedupe import hashing  # noqa: E402
 
