@@ -1436,9 +1436,13 @@ def console() -> None:
     the threads that are not daemons, runs the atexit handlers: child processes reaped, logs
     flushed, finalizers run), the event log's SQLite files closed and the output flushed, and the
     exit itself without tearing every module down object by object, which took about a second
-    after a full-scale run (a sixth of an unchanged rerun) and writes nothing. An exception `main`
+    after a full-scale run (a sixth of an unchanged rerun) and writes nothing. A Ctrl-C is one
+    line and exit 130 (pipeline/console.py covers the imports before this); an exception `main`
     does not handle leaves the usual way, with its traceback."""
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # a Ctrl-C before main handles one itself (its arguments being read)
+        code = _fail("interrupted", 130)
     import atexit
     import threading
 

@@ -34,19 +34,25 @@ def start() -> None:
     is left to the pool's own start, which reports why."""
     if context().get_start_method() != "forkserver":
         return
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
-    # The fork server starts with SIGINT ignored (an ignored signal stays ignored across exec, and
-    # Python then installs no handler of its own), as it ignores it anyway once its preloads are
-    # done: a Ctrl-C to the process group in its first second would otherwise print its
-    # KeyboardInterrupt traceback under this command's "interrupted". This process ignores SIGINT
-    # only while the fork server is spawned (a few milliseconds).
+    # The fork server starts with SIGINT blocked (a signal mask stays across exec, and Python does
+    # not touch it) until it ignores SIGINT, first thing in its preloads (pool_warm.py): a Ctrl-C
+    # to the process group in its first second would otherwise print its KeyboardInterrupt
+    # traceback under this command's "interrupted". This process blocks SIGINT only while the fork
+    # server is spawned (a few milliseconds): a Ctrl-C meanwhile stays pending and reaches it when
+    # the mask is put back. It is blocked, never ignored, which would lose it; and the resource
+    # tracker is started first, as its own start unblocks SIGINT (multiprocessing.resource_tracker).
+    try:
+        resource_tracker.ensure_running()
+    except Exception:  # noqa: BLE001 - the pool starts it again and fails with the reason
+        return
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
     try:
         forkserver.ensure_running()
     except Exception:  # noqa: BLE001 - the pool starts it again and fails with the reason
         pass
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
