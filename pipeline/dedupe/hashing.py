@@ -638,6 +638,7 @@ def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None =
             failed.append(exc)
 
     feeder = threading.Thread(target=feed, name="hash-pool-feed", daemon=True)
+    forkserver.start()  # here, not in the feeder: its start holds a Ctrl-C back only in the main thread
     try:
         feeder.start()
         while local is not None and feeder.is_alive() and (chunk := take()) is not None:
