@@ -902,7 +902,7 @@ def cmd_dedupe(args) -> int:
         # (forkserver imports neither NumPy nor Pillow: the fork server starts before they load here)
         from pipeline.dedupe import forkserver
 
-        if _more_files_than(Path(args.dir), forkserver.SMALL_BATCH):
+        if _more_files_than(Path(args.dir), forkserver.SMALL_BATCH - 1):  # SMALL_BATCH images or more
             forkserver.start()
     from pipeline.dedupe.folder import dedupe_folder, explain_pair
 

@@ -356,6 +356,67 @@ def test_pool_warm_cuts_short_the_exit_of_the_fork_server_only():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "import pipeline.dedupe.pool_warm; raise SystemExit(3)"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 3, done.stderr[-2000:]
+    for code in ("import pipeline.dedupe.pool_warm; raise SystemExit(3)",
+                 "import multiprocessing.forkserver, pipeline.dedupe.pool_warm; raise SystemExit(3)"):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 3, (code, done.stderr[-2000:])
+
+
+def test_an_interrupt_while_the_feeder_starts_is_raised_as_it_is(monkeypatch):
+    """A Ctrl-C inside the feeder thread's start (Thread.start waits for it, and the wait can be
+    interrupted) leaves _run as the KeyboardInterrupt, not as a join of a thread never started."""
+    import threading
+
+    from pipeline.dedupe import hashing
+
+    start = threading.Thread.start
+
+    def interrupted(self):
+        if self.name == "hash-pool-feed":
+            raise KeyboardInterrupt
+        return start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        hashing._run([(i, str(i), "/nonexistent") for i in range(10)], 2, hashing._hash_file_chunk, 2)
+
+
+def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
+    """Workers ignore SIGTERM (the run that owns them winds them down); when the owner is killed
+    without doing so, each worker ends itself once its parent, the fork server, is gone:
+    nothing of the pool is left waiting for work."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.dedupe import hashing
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import time\n"
+        "from pipeline.dedupe import hashing\n"
+        "if __name__ == '__main__':\n"
+        "    pool = hashing._process_pool(2)\n"
+        "    print(sorted(pool.submit(hashing.os.getpid).result() for _ in range(4)), flush=True)\n"
+        "    print(sorted(p.pid for p in pool._processes.values()), flush=True)\n"
+        "    time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        p.stdout.readline()
+        workers = [int(x) for x in p.stdout.readline().strip("[]\n").split(",")]
+        assert workers  # the pool starts as many as its work needs
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [w for w in workers if hashing._alive(w)]
+        assert not alive, f"workers {alive} still running 10 s after their owner was killed"
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+

@@ -138,8 +138,21 @@ def test_bad_inputs_are_refused_with_a_reason():
         near_pairs(np.array([1, 2, 3]), np.array([0, 0]), 2)
     with pytest.raises(ValueError, match="max_distance"):
         near_pairs(np.array([1, 2]), np.array([0, 0]), 40)
+    for not_whole in (2.5, np.float64(2.0), True):  # both ways: never rounded, never read as 1
+        with pytest.raises(TypeError, match="whole number"):
+            near_pairs(np.array([1, 2, 3]), np.array([0, 3, 1]), not_whole)
     empty = near_pairs(np.array([7]), np.array([0]), 4)
     assert empty.num_rows == 0 and empty.schema.names == ["a", "b", "distance"]
+    from pipeline.dedupe.search import NearPairs
+
+    with NearPairs(np.arange(5), np.zeros(5, np.int64), 2) as found:
+        for rows in (0, -1):
+            with pytest.raises(ValueError, match="rows"):
+                next(found.batches(rows))
+        first = next(found.batches(3))
+        with pytest.raises(ValueError, match="read-only"):  # both ways: what is read again later is kept
+            first[0][:] = -7
+        assert sorted(int(x) for a, _, _ in found.batches(3) for x in a) == [0, 0, 0, 0, 1, 1, 1, 2, 2, 3]
 
 
 @pytest.mark.parametrize("n", [2_000, 1_000_000])

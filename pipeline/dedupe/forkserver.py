@@ -36,23 +36,30 @@ def start() -> None:
         return
     from multiprocessing import forkserver, resource_tracker
 
-    # The fork server starts with SIGINT blocked (a signal mask stays across exec, and Python does
-    # not touch it) until it ignores SIGINT, first thing in its preloads (pool_warm.py): a Ctrl-C
-    # to the process group in its first second would otherwise print its KeyboardInterrupt
-    # traceback under this command's "interrupted". This process blocks SIGINT only while the fork
-    # server is spawned (a few milliseconds): a Ctrl-C meanwhile stays pending and reaches it when
-    # the mask is put back. It is blocked, never ignored, which would lose it; and the resource
+    # The fork server starts with SIGINT blocked (the spawning thread's signal mask stays across
+    # fork and exec, and Python does not touch it) until it ignores SIGINT, first thing in its
+    # preloads (pool_warm.py): a Ctrl-C to the process group in its first second would otherwise
+    # print its KeyboardInterrupt traceback under this command's "interrupted". Meanwhile a Ctrl-C
+    # is held, never ignored (which would lose it): kept pending by the mask in this thread, noted
+    # by a handler of its own when another thread of this process takes it, and handed to the
+    # handler that was in place once the fork server is spawned (a few milliseconds). The resource
     # tracker is started first, as its own start unblocks SIGINT (multiprocessing.resource_tracker).
     try:
         resource_tracker.ensure_running()
     except Exception:  # noqa: BLE001 - the pool starts it again and fails with the reason
         return
     main = threading.current_thread() is threading.main_thread()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if main else None
+    held: list[int] = []
+    if main:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         forkserver.ensure_running()
     except Exception:  # noqa: BLE001 - the pool starts it again and fails with the reason
         pass
     finally:
-        if blocked is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if main:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one pending here is noted now
+            signal.signal(signal.SIGINT, previous)
+            if held:
+                signal.raise_signal(signal.SIGINT)

@@ -587,7 +587,7 @@ def _pool_context():
 
 def _process_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of hashing workers (fork server with this module and the compiled loops loaded)."""
-    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init)
+    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init, initargs=(os.getpid(),))
 
 
 def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None = None, local=None,
@@ -652,7 +652,8 @@ def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None =
         # Stopped (an interrupt, a failed chunk): drop the queued chunks instead of hashing
         # them all first; only the chunks the workers hold now are finished.
         stopped.set()
-        feeder.join()
+        if feeder.ident is not None:  # started (an interrupt can come inside its start)
+            feeder.join()
         if own:
             pool.shutdown(wait=True, cancel_futures=True)
         else:
@@ -664,11 +665,42 @@ def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None =
     return results  # type: ignore[return-value]
 
 
-def _worker_init() -> None:
-    """Workers leave SIGINT/SIGTERM to the process that owns the pool: a stop sent to the whole
-    process group ends the run at a safe point there, not in the middle of a chunk here."""
+def _worker_init(owner: int) -> None:
+    """Workers leave SIGINT/SIGTERM to the process that owns the pool (`owner`): a stop sent to
+    the whole process group ends the run at a safe point there, not in the middle of a chunk here.
+    So that a pool whose owner is gone without winding it down (killed, or ended by a SIGTERM it
+    does not handle, as `rewardhouse dedupe`'s) does not wait for work forever, each worker ends
+    itself once the owner is gone (`_orphaned`; its parent, the fork server, lives as long as any
+    worker does, so it is the owner that is watched)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    threading.Thread(target=_orphaned, args=(owner,), name="hash-worker-owner", daemon=True).start()
+
+
+ORPHAN_CHECK = 0.5  # seconds between a worker's looks at the process that owns its pool
+
+
+def _orphaned(owner: int) -> None:
+    while _alive(owner):
+        time.sleep(ORPHAN_CHECK)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: whether a signal could reach it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progress: Progress | None = None,

@@ -18,9 +18,22 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 # without the interpreter's teardown of NumPy, Pillow and numba (about 0.17 s of one core, during
 # which it still holds the command's standard output and error: `rewardhouse dedupe DIR | ...`
 # would wait for it). It writes nothing and holds nothing to flush; its workers exit on their own.
-# Only in the fork server itself (`python -c "from multiprocessing.forkserver import main; ..."`):
-# any other process that imported this module keeps its own exit status.
-if sys.argv[:1] == ["-c"] and "multiprocessing.forkserver" in sys.modules:
+# Only in the fork server itself, which imports this module from multiprocessing.forkserver.main
+# (its preloads): any other process that imports it keeps its own exit status.
+
+
+def _in_fork_server() -> bool:
+    from multiprocessing import forkserver
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is forkserver.main.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+if _in_fork_server():
     atexit.register(os._exit, 0)
 
 from pipeline.dedupe import hashing  # noqa: E402

@@ -373,6 +373,8 @@ class NearPairs:
         hashes_np = _as_int64(hashes, "hashes")
         if len(ids_np) != len(hashes_np):
             raise ValueError(f"{len(ids_np)} ids but {len(hashes_np)} hashes")
+        if not isinstance(max_distance, (int, np.integer)) or isinstance(max_distance, bool):
+            raise TypeError(f"max_distance must be a whole number of bits, got {max_distance!r}")
         if not 0 <= max_distance <= MAX_RADIUS:
             raise ValueError(f"max_distance must be within 0..{MAX_RADIUS}, got {max_distance}")
         self.con: duckdb.DuckDBPyConnection | None = None
@@ -385,6 +387,8 @@ class NearPairs:
                 raise ValueError(f"ids must be unique; {len(ids_np) - len(np.unique(ids_np))} repeat(s)")
             self.held = every_pair(ids_np, hashes_np, max_distance, BRUTE_PAIRS)
             if self.held is not None:
+                for column in self.held:  # read-only, as the joins' batches are: read again later
+                    column.flags.writeable = False
                 return
         import duckdb
 
@@ -437,9 +441,11 @@ class NearPairs:
     def batches(self, rows: int = BATCH_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The pairs as (a, b, distance) arrays (int64, int64, int16) of at most `rows` pairs each,
         in no given order; each call reads them again."""
+        if rows < 1:
+            raise ValueError(f"rows must be at least 1, got {rows}")
         if self.held is not None:
             a, b, d = self.held
-            for s in range(0, len(a), max(rows, 1)):
+            for s in range(0, len(a), rows):
                 yield a[s:s + rows], b[s:s + rows], d[s:s + rows]
             return
         if self.con is None:
