@@ -1446,6 +1446,13 @@ def console() -> None:
     import atexit
     import threading
 
+    if code == 130:  # interrupted: what is left is ended, not waited for
+        import multiprocessing
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: the command is ending already
+        for child in multiprocessing.active_children():  # pool workers a second Ctrl-C left running
+            child.kill()  # (they ignore SIGTERM: a run winds them down itself)
     threading._shutdown()  # noqa: SLF001  (what Py_Finalize runs first; there is no public call)
     atexit._run_exitfuncs()  # noqa: SLF001
     from pipeline import event_log

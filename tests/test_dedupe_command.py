@@ -233,3 +233,44 @@ def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path)
             time.sleep(0.1)
         else:
             raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")
+
+
+def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
+    """A second Ctrl-C 30 ms after the first, while the hashing pool is being wound down: the
+    command still ends within seconds with exit 130 and leaves nothing running (it used to wait
+    forever at exit for workers the second interrupt had left without their stop)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pipeline.dedupe.hashing import SMALL_BATCH
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for seed in range(SMALL_BATCH + 80):
+        picture(seed, (320, 240)).save(d / f"p{seed:04d}.jpg", quality=90)
+    cli = Path(sys.executable).with_name("rewardhouse")
+    for delay in (0.6, 0.9, 1.2):
+        p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        time.sleep(delay)
+        for _ in range(2):
+            try:
+                os.killpg(p.pid, signal.SIGINT)
+            except ProcessLookupError:  # it had finished
+                break
+            time.sleep(0.03)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode in (0, 130), (delay, p.returncode, err[-2000:])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(p.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")
