@@ -390,7 +390,7 @@ def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
     import sys
     import time
 
-    from pipeline.dedupe import hashing
+    from pipeline.liveness import pid_exists
 
     script = tmp_path / "owner.py"
     script.write_text(
@@ -412,7 +412,7 @@ def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
         alive = workers
         while alive and time.monotonic() < deadline:
             time.sleep(0.2)
-            alive = [w for w in workers if hashing._alive(w)]
+            alive = [w for w in workers if pid_exists(w)]
         assert not alive, f"workers {alive} still running 10 s after their owner was killed"
     finally:
         try:

@@ -581,13 +581,9 @@ def _chunks(jobs: Chunk, size: int, workers: int) -> list[Chunk]:
             + [jobs[s:min(s + small, len(jobs))] for s in range(tail, len(jobs), small)])
 
 
-def _pool_context():
-    return forkserver.context()
-
-
 def _process_pool(workers: int) -> ProcessPoolExecutor:
     """A pool of hashing workers (fork server with this module and the compiled loops loaded)."""
-    return ProcessPoolExecutor(workers, mp_context=_pool_context(), initializer=_worker_init, initargs=(os.getpid(),))
+    return ProcessPoolExecutor(workers, mp_context=forkserver.context(), initializer=_worker_init, initargs=(os.getpid(),))
 
 
 def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None = None, local=None,
@@ -681,26 +677,11 @@ ORPHAN_CHECK = 0.5  # seconds between a worker's looks at the process that owns 
 
 
 def _orphaned(owner: int) -> None:
-    while _alive(owner):
+    from pipeline.liveness import pid_exists
+
+    while pid_exists(owner):
         time.sleep(ORPHAN_CHECK)
     os._exit(1)
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: whether a signal could reach it
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def hash_files(items: list[tuple[str, Path]], workers: int | None = None, progress: Progress | None = None,

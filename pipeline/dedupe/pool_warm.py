@@ -6,7 +6,8 @@ on its first image.
 The fork server ignores SIGINT once its preloads are done (multiprocessing.forkserver); a Ctrl-C
 sent to the whole process group while it is still importing would otherwise print its
 KeyboardInterrupt traceback under the command's own "interrupted". It is ignored from here on:
-the fork server ends when the process that started it does."""
+the fork server ends when the process that started it and the workers forked from it have (the
+workers end themselves once that process is gone: hashing._orphaned)."""
 
 import atexit
 import os
@@ -14,7 +15,7 @@ import signal
 import sys
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-# The fork server ends when the process that started it does (its pipe's end of file): at once,
+# The fork server ends when its last client is gone (its pipe's end of file): at once,
 # without the interpreter's teardown of NumPy, Pillow and numba (about 0.17 s of one core, during
 # which it still holds the command's standard output and error: `rewardhouse dedupe DIR | ...`
 # would wait for it). It writes nothing and holds nothing to flush; its workers exit on their own.
