@@ -264,23 +264,25 @@ def _moved(xa, alo, ahi, xb, blo, bhi, y0, y1, x0, x1, tol):
     cp = s // FINE_GRID
     i0, i1 = max(y0 * cp - MOVE_MAX, 0), min(y1 * cp + MOVE_MAX, s)
     j0, j1 = max(x0 * cp - MOVE_MAX, 0), min(x1 * cp + MOVE_MAX, s)
-    base = _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, 0, 0, tol)
+    base = _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, 0, 0, tol, (i1 - i0) * (j1 - j0))
     if base < MOVED_MIN_PX:
         return False
+    limit = int(np.floor(MOVED_LEFT * base))  # a shift leaving more than this is read no further
     for axis in range(2):
         for k in range(MOVE_MIN, MOVE_MAX + 1):
             for sign in (-1, 1):
                 di, dj = (sign * k, 0) if axis == 0 else (0, sign * k)
-                if _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol) <= MOVED_LEFT * base:
+                if _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol, limit) <= limit:
                     return True
     return False
 
 
 @njit(**_JIT)
-def _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol):
+def _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol, limit):
     """Pixels of the box i0..i1, j0..j1 where a and b shifted by (di, dj) differ beyond tol, each
     outside the other's envelope (kernels._residual_map's reading, no tone curve); a pixel whose
-    shifted place is off the frame counts as differing."""
+    shifted place is off the frame counts as differing. The count stops at the first row that
+    takes it past `limit` (what it is compared with): a shift that leaves too much is not read on."""
     t = np.int32(tol)
     s = xa.shape[0]
     n = 0
@@ -293,6 +295,8 @@ def _left(xa, alo, ahi, xb, blo, bhi, i0, i1, j0, j1, di, dj, tol):
             r1 = max(b - np.int32(ahi[i, j]), np.int32(alo[i, j]) - b)
             r2 = max(a - np.int32(bhi[i + di, j + dj]), np.int32(blo[i + di, j + dj]) - a)
             n += min(r1, r2) > t
+        if n > limit:
+            return n
     return n
 
 
