@@ -57,9 +57,12 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
+from checks.deferred import defer
 from pipeline.contract import BOOL, FLOAT, INT, INT64, LIST, STRING, Rule, TableContract, When
 from pipeline.datasets import table_contracts
 from pipeline.settings import QualitySettings
+
+defer()  # GX imports scipy.stats and altair for expectations no suite here has: on first use instead (checks/deferred.py)
 
 if TYPE_CHECKING:  # GX takes seconds to import: only validate_tables/build_suite pay for it.
     import great_expectations as gx
