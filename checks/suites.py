@@ -57,12 +57,10 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
-from checks.deferred import defer
+from checks.deferred import deferring
 from pipeline.contract import BOOL, FLOAT, INT, INT64, LIST, STRING, Rule, TableContract, When
 from pipeline.datasets import table_contracts
 from pipeline.settings import QualitySettings
-
-defer()  # GX imports scipy.stats and altair for expectations no suite here has: on first use instead (checks/deferred.py)
 
 if TYPE_CHECKING:  # GX takes seconds to import: only validate_tables/build_suite pay for it.
     import great_expectations as gx
@@ -134,6 +132,7 @@ class TableResult:
 
 def build_suite(table: str, quality: QualitySettings = QualitySettings()) -> gx.ExpectationSuite:
     """The expectation suite of one published table (named after the table), from its contract."""
+    import_gx()
     import great_expectations as gx
 
     contracts = table_contracts(quality)
@@ -257,6 +256,22 @@ _IMPORT_LOCK = threading.Lock()
 _IMPORTING: threading.Thread | None = None
 
 
+def import_gx() -> None:
+    """Import GX and this package's expectations, without the modules GX imports for expectations
+    no suite here has (scipy.stats, altair: checks/deferred.py); once per process."""
+    global _GX_IMPORTED
+    if _GX_IMPORTED:
+        return
+    with deferring():
+        import checks.gx_columns  # noqa: F401  (imports GX itself)
+        import checks.gx_schema  # noqa: F401
+        import great_expectations.expectations.row_conditions  # noqa: F401
+    _GX_IMPORTED = True
+
+
+_GX_IMPORTED = False
+
+
 def import_in_background() -> threading.Thread:
     """Start importing GX, pandas and this module's expectations on a thread (join it before
     validating), once per process: GX's import is seconds of Python that can overlap GIL-free
@@ -266,9 +281,7 @@ def import_in_background() -> threading.Thread:
 
     def load() -> None:
         try:
-            import checks.gx_columns  # noqa: F401  (imports GX itself)
-            import checks.gx_schema  # noqa: F401
-            import great_expectations.expectations.row_conditions  # noqa: F401
+            import_gx()
         except Exception:  # the caller imports these again and reports what is wrong
             pass
 
@@ -298,6 +311,7 @@ def validate_tables(
     each table and before the docs (where a run may stop)."""
     docs_root = Path(docs_root)
     started = time.perf_counter()
+    import_gx()
     context, docs_problem = _open_context(docs_root)
     import great_expectations as gx
 
