@@ -235,6 +235,36 @@ def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path)
             raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")
 
 
+def test_the_fork_server_says_nothing_of_a_worker_whose_pool_is_gone_and_everything_else():
+    """pool_warm.quiet_lost_pool, the fork server's excepthook: a worker that cannot read its pool's
+    semaphore (unlinked: the pool was torn down while it was forked) ends without a traceback; any
+    other error of a forked child keeps it."""
+    import io
+    import sys
+    from contextlib import redirect_stderr
+    from multiprocessing import synchronize
+
+    from pipeline.dedupe import pool_warm
+
+    def error_of(call):
+        try:
+            call()
+        except Exception:
+            return sys.exc_info()
+        raise AssertionError("no error")
+
+    lock = synchronize.Lock.__new__(synchronize.Lock)
+    # a semaphore's state as a pickled Lock carries it, its name never created (or unlinked)
+    gone = error_of(lambda: lock.__setstate__((0, 1, 1, "/rewardhouse-test-no-such-semaphore")))
+    assert gone[0] is FileNotFoundError
+    other = error_of(lambda: open("/no/such/file/anywhere"))
+    for exc, quiet in ((gone, True), (other, False)):
+        seen = io.StringIO()
+        with redirect_stderr(seen):
+            pool_warm.quiet_lost_pool(*exc, _previous=lambda k, v, tb: print("Traceback", k.__name__, file=sys.stderr))
+        assert (seen.getvalue() == "") is quiet, seen.getvalue()
+
+
 def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
     """A second Ctrl-C 30 ms after the first, while the hashing pool is being wound down: the
     command still ends within seconds with exit 130 and leaves nothing running (it used to wait
@@ -253,7 +283,7 @@ def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
     for seed in range(SMALL_BATCH + 80):
         picture(seed, (320, 240)).save(d / f"p{seed:04d}.jpg", quality=90)
     cli = Path(sys.executable).with_name("rewardhouse")
-    for delay in (0.6, 0.9, 1.2):
+    for delay in (0.4, 0.5, 0.6, 0.9, 1.2):
         p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
         time.sleep(delay)
@@ -265,6 +295,10 @@ def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
             time.sleep(0.03)
         _, err = p.communicate(timeout=30)
         assert p.returncode in (0, 130), (delay, p.returncode, err[-2000:])
+        # a worker forked while the pool was torn down finds its semaphores gone: no traceback for it
+        assert "Traceback" not in err, (delay, err[-2000:])
+        if p.returncode == 130:
+            assert err.strip().splitlines()[-1] == "rewardhouse: interrupted", (delay, err[-2000:])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:

@@ -34,8 +34,31 @@ def _in_fork_server() -> bool:
     return False
 
 
+def _lost_pool(kind, tb) -> bool:
+    """Is this the error of a worker forked while its pool was being torn down (a second Ctrl-C
+    while the first winds the command down): the pool's semaphores, which the worker reads from
+    its parent's message, already unlinked (FileNotFoundError in multiprocessing.synchronize's
+    SemLock.__setstate__)? There is no pool left to join and nothing to report."""
+    if not issubclass(kind, FileNotFoundError):
+        return False
+    last = None
+    while tb is not None:
+        last, tb = tb.tb_frame, tb.tb_next
+    return (last is not None and last.f_code.co_name == "__setstate__"
+            and last.f_code.co_filename.replace(os.sep, "/").endswith("multiprocessing/synchronize.py"))
+
+
+def quiet_lost_pool(kind, value, tb, _previous=sys.excepthook) -> None:
+    """The fork server's children report an error that ends them through sys.excepthook, on the
+    command's standard error: a traceback under the command's own "interrupted", unless it is
+    _lost_pool's."""
+    if not _lost_pool(kind, tb):
+        _previous(kind, value, tb)
+
+
 if _in_fork_server():
     atexit.register(os._exit, 0)
+    sys.excepthook = quiet_lost_pool  # inherited by every child it forks
 
 from pipeline.dedupe import hashing  # noqa: E402
 
