@@ -802,6 +802,8 @@ def cmd_sql(args) -> int:
             if exc.reason == "timeout":
                 return _fail(f"query stopped after {exc.seconds:.0f} s (timeout {timeout:g} s): narrow it, or allow "
                              "longer with --timeout SECONDS or REWARDHOUSE_SQL_TIMEOUT (0: no limit)", EXIT_TIMEOUT)
+            if isinstance(exc.by, Terminated):
+                return _fail(f"query stopped by SIGTERM after {exc.seconds:.1f} s", 143)
             return _fail(f"query interrupted after {exc.seconds:.1f} s", 130)
         except duckdb.OutOfMemoryException as exc:
             return _fail(f"query ran out of memory (limit {memory}; --memory-limit or REWARDHOUSE_SQL_MEMORY_LIMIT "
@@ -1398,8 +1400,45 @@ def _has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (a job scheduler's or `timeout`'s stop) to a command other than `run` (which owns
+    its signals, pipeline.stopping): raised where a Ctrl-C's KeyboardInterrupt would be, so the
+    command winds down the same way (a hashing pool's queued work dropped, its workers ended) and
+    says so in one line, exit 143, instead of dying mid-way with the pool's semaphores left for
+    multiprocessing's resource tracker to warn about."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def _stop_swallowed(info, previous=sys.unraisablehook) -> None:
+    """sys.unraisablehook of the commands other than `run`: a Ctrl-C's KeyboardInterrupt or a
+    SIGTERM's Terminated raised where Python cannot pass an exception on (a finalizer, a weakref
+    callback, a C library's callback such as numba's compiled-code cache) would be printed as
+    ignored and the stop lost; the signal is sent again 50 ms later instead, once that code has
+    returned."""
+    if not isinstance(info.exc_value, KeyboardInterrupt):
+        previous(info)
+        return
+    import signal
+    import threading
+
+    again = signal.SIGTERM if isinstance(info.exc_value, Terminated) else signal.SIGINT
+    timer = threading.Timer(0.05, signal.pthread_kill, (threading.main_thread().ident, again))
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    if argv is None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)  # `run` puts its own owner in place (cmd_run)
     args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
+    if argv is None and args.func is not cmd_run:
+        sys.unraisablehook = _stop_swallowed
     if argv is None and args.func is cmd_dedupe:
         _without_pandas()  # the whole process is this one command (not a caller's Python session)
     home = env.home()
@@ -1411,6 +1450,8 @@ def main(argv: list[str] | None = None) -> int:
                      "`uv sync --extra scale` (or `pip install 'rewardhouse[scale]'`)", 2)
     try:
         return args.func(args)
+    except Terminated:
+        return _fail("terminated", 143)
     except KeyboardInterrupt:  # Ctrl-C outside a run (a run owns its signals): no traceback
         return _fail("interrupted", 130)
     except env.SettingError as exc:  # an environment variable that cannot be read: the one line naming it
@@ -1437,22 +1478,29 @@ def console() -> None:
     flushed, finalizers run), the event log's SQLite files closed and the output flushed, and the
     exit itself without tearing every module down object by object, which took about a second
     after a full-scale run (a sixth of an unchanged rerun) and writes nothing. A Ctrl-C is one
-    line and exit 130 (pipeline/console.py covers the imports before this); an exception `main`
-    does not handle leaves the usual way, with its traceback."""
+    line and exit 130 (pipeline/console.py covers the imports before this), a SIGTERM to a command
+    other than `run` one line and exit 143 (`Terminated`); an exception `main` does not handle
+    leaves the usual way, with its traceback."""
     try:
         code = main()
+    except Terminated:
+        code = _fail("terminated", 143)
     except KeyboardInterrupt:  # a Ctrl-C before main handles one itself (its arguments being read)
         code = _fail("interrupted", 130)
     import atexit
+    import signal
     import threading
 
-    if code == 130:  # interrupted: what is left is ended, not waited for
+    if code in (130, 143):  # interrupted or terminated: what is left is ended, not waited for
         import multiprocessing
-        import signal
 
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: the command is ending already
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C or stop: the command is ending already
         for child in multiprocessing.active_children():  # pool workers a second Ctrl-C left running
             child.kill()  # (they ignore SIGTERM: a run winds them down itself)
+    else:  # done: a Ctrl-C or a stop now ends the exit at once, without an exception raised inside a finalizer
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
     threading._shutdown()  # noqa: SLF001  (what Py_Finalize runs first; there is no public call)
     atexit._run_exitfuncs()  # noqa: SLF001
     from pipeline import event_log

@@ -1,7 +1,8 @@
 """The `rewardhouse` command's entry point (pyproject's [project.scripts]).
 
 A Ctrl-C while the command's own modules load ends it with one line and exit 130, not a
-KeyboardInterrupt traceback from the middle of an import: the handler that says so is installed
+KeyboardInterrupt traceback from the middle of an import (a SIGTERM then: one line and exit 143,
+as later, pipeline.cli.Terminated): the handler that says so is installed
 before `pipeline.cli` is imported (this module imports nothing that is not loaded already: the
 interpreter's own `_signal`, not `signal`, whose enums take longer to import than the handler is
 worth waiting for), and Python's own is put back once it is, for `pipeline.cli.console`, which
@@ -14,14 +15,16 @@ import sys
 
 
 def _interrupted(signum, frame) -> None:
-    sys.stderr.write("rewardhouse: interrupted\n")
+    stopped = signum == _signal.SIGTERM
+    sys.stderr.write("rewardhouse: terminated\n" if stopped else "rewardhouse: interrupted\n")
     sys.stderr.flush()
-    os._exit(130)
+    os._exit(143 if stopped else 130)
 
 
 def console() -> None:
-    previous = _signal.signal(_signal.SIGINT, _interrupted)
+    previous = {sig: _signal.signal(sig, _interrupted) for sig in (_signal.SIGINT, _signal.SIGTERM)}
     from pipeline import cli
 
-    _signal.signal(_signal.SIGINT, previous)
+    for sig, handler in previous.items():
+        _signal.signal(sig, handler)
     cli.console()

@@ -235,6 +235,87 @@ def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path)
             raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")
 
 
+def test_sigterm_ends_the_command_in_one_line_with_exit_143_and_leaves_nothing_running(tmp_path):
+    """A job scheduler's or `timeout`'s SIGTERM to `rewardhouse dedupe` while it hashes over the pool,
+    verifies, or loads: one line, exit 143, no traceback, no leaked-semaphore warning from
+    multiprocessing's resource tracker, and no process of the command left (it used to die by the
+    signal, -15, with that warning)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from pipeline.dedupe.hashing import SMALL_BATCH
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for seed in range(SMALL_BATCH + 80):
+        picture(seed, (320, 240)).save(d / f"p{seed:04d}.jpg", quality=90)
+    cli = Path(sys.executable).with_name("rewardhouse")
+    ended = 0
+    for delay in (0.05, 0.3, 0.6, 0.9, 1.2):
+        p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        time.sleep(delay)
+        try:
+            os.kill(p.pid, signal.SIGTERM)  # the command's own process, as `kill PID` and `timeout` send it
+        except ProcessLookupError:  # it had finished
+            pass
+        _, err = p.communicate(timeout=30)
+        assert p.returncode in (0, 143), (delay, p.returncode, err[-2000:])
+        assert "Traceback" not in err and "leaked" not in err, (delay, err[-2000:])
+        if p.returncode == 143:
+            ended += 1
+            assert err.strip().splitlines()[-1] == "rewardhouse: terminated", (delay, err[-2000:])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(p.pid, 0)  # a process of the group still there
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"processes of the terminated command still running after 10 s (delay {delay})")
+    assert ended >= 3  # most of the delays land while it works
+
+
+def test_a_stop_swallowed_by_a_finalizer_is_sent_again_and_other_errors_are_reported():
+    """cli._stop_swallowed (sys.unraisablehook of the commands other than `run`): a Terminated or a
+    KeyboardInterrupt that Python could only print as ignored (raised inside a finalizer or a C
+    callback) comes back as its signal 50 ms later; anything else goes to the previous hook."""
+    import signal
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from pipeline import cli
+
+    got, previous_seen = [], []
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for sig in saved:
+            signal.signal(sig, lambda signum, frame: got.append(signum))
+        assert threading.current_thread() is threading.main_thread()
+        for exc, expected in ((cli.Terminated(), signal.SIGTERM), (KeyboardInterrupt(), signal.SIGINT)):
+            got.clear()
+            cli._stop_swallowed(SimpleNamespace(exc_value=exc), previous=previous_seen.append)
+            assert got == []  # not at once: the code that swallowed it may still be running
+            deadline = time.monotonic() + 5
+            while not got and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert got == [expected]
+        other = SimpleNamespace(exc_value=ValueError("a finalizer's own error"))
+        cli._stop_swallowed(other, previous=previous_seen.append)
+        assert previous_seen == [other]
+        time.sleep(0.1)
+        assert len(got) == 1
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def test_the_fork_server_says_nothing_of_a_worker_whose_pool_is_gone_and_everything_else():
     """pool_warm.quiet_lost_pool, the fork server's excepthook: a worker that cannot read its pool's
     semaphore (unlinked: the pool was torn down while it was forked) ends without a traceback; any

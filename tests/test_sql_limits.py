@@ -69,7 +69,10 @@ def _default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def test_ctrl_c_interrupts_a_running_query(reader_home, tmp_path):
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "query interrupted after "),
+                                              (signal.SIGTERM, 143, "query stopped by SIGTERM after ")],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_interrupts_a_running_query(reader_home, tmp_path, sig, code, said):
     proc = subprocess.Popen([str(BIN / "rewardhouse"), "sql", "--timeout", "0", RUNAWAY], env=reader_home,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
     spill = tmp_path / "spill"
@@ -83,15 +86,15 @@ def test_ctrl_c_interrupts_a_running_query(reader_home, tmp_path):
         while _cpu_seconds(proc.pid) - base < 1.5:
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         interrupted = time.monotonic()
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert time.monotonic() - interrupted < 10
-    assert proc.returncode == 130 and out == ""
-    assert one_line(err).startswith("rewardhouse: query interrupted after ")
+    assert proc.returncode == code and out == ""
+    assert one_line(err).startswith(f"rewardhouse: {said}")
     assert list(spill.iterdir()) == []  # its spill folder went with it
 
 

@@ -64,11 +64,12 @@ def spill_folder(base: Path):
 
 
 class QueryStopped(Exception):
-    """A reader's query was interrupted: `reason` is "timeout" or "interrupt"."""
+    """A reader's query was interrupted: `reason` is "timeout" or "interrupt"; `by` is the
+    KeyboardInterrupt (or subclass: a SIGTERM's) that stopped it, None for a timeout."""
 
-    def __init__(self, reason: str, seconds: float):
+    def __init__(self, reason: str, seconds: float, by: BaseException | None = None):
         super().__init__(reason)
-        self.reason, self.seconds = reason, seconds
+        self.reason, self.seconds, self.by = reason, seconds, by
 
 
 def _shortest32(v):
@@ -125,7 +126,7 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, timeout: float | None)
 
     started = time.monotonic()
     threading.Thread(target=work, name="rewardhouse-sql", daemon=True).start()
-    reason = None
+    reason, by = None, None
     try:
         while not finished.is_set():
             left = None if timeout is None else timeout - (time.monotonic() - started)
@@ -133,14 +134,14 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, timeout: float | None)
                 reason = "timeout"
                 break
             finished.wait(0.2 if left is None else min(0.2, left))
-    except KeyboardInterrupt:
-        reason = "interrupt"
+    except KeyboardInterrupt as exc:
+        reason, by = "interrupt", exc
     if reason is not None:
         con.interrupt()  # DuckDB stops at its next vector; again if the query had not begun yet
         while not finished.wait(0.5):
             con.interrupt()
         if "result" not in done:  # else it ended just as it was stopped: the rows are whole
-            raise QueryStopped(reason, time.monotonic() - started)
+            raise QueryStopped(reason, time.monotonic() - started, by)
     if "error" in done:
         raise done["error"]
     return done["result"]
