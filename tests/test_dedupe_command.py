@@ -18,6 +18,22 @@ def picture(seed: int, size=(320, 240)) -> Image.Image:
     return im
 
 
+def _group_ends(pgid: int, what: str, within: float = 10.0) -> None:
+    """Every process of the group `pgid` (a command started in a session of its own) is gone within
+    `within` seconds."""
+    import os
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)  # a process of the group still there
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes of {what} still running after {within:g} s")
+
+
 def test_folder_with_copies_and_a_broken_file(tmp_path, capsys):
     d = tmp_path / "imgs"
     (d / "sub").mkdir(parents=True)
@@ -224,15 +240,7 @@ def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path)
         assert delay > 0.3 or p.returncode != 0, (delay, err)
         if p.returncode == 130:
             assert err.strip().splitlines()[-1] == "rewardhouse: interrupted", (delay, err)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(p.pid, 0)  # a process of the group still there
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")
+        _group_ends(p.pid, f"the interrupted run (delay {delay})")
 
 
 def test_sigterm_ends_the_command_in_one_line_with_exit_143_and_leaves_nothing_running(tmp_path):
@@ -269,15 +277,7 @@ def test_sigterm_ends_the_command_in_one_line_with_exit_143_and_leaves_nothing_r
         if p.returncode == 143:
             ended += 1
             assert err.strip().splitlines()[-1] == "rewardhouse: terminated", (delay, err[-2000:])
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(p.pid, 0)  # a process of the group still there
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"processes of the terminated command still running after 10 s (delay {delay})")
+        _group_ends(p.pid, f"the terminated command (delay {delay})")
     assert ended >= 3  # most of the delays land while it works
 
 
@@ -380,12 +380,4 @@ def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
         assert "Traceback" not in err, (delay, err[-2000:])
         if p.returncode == 130:
             assert err.strip().splitlines()[-1] == "rewardhouse: interrupted", (delay, err[-2000:])
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(p.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"processes of the interrupted run still running after 10 s (delay {delay})")
+        _group_ends(p.pid, f"the interrupted run (delay {delay})")
