@@ -18,6 +18,19 @@ def picture(seed: int, size=(320, 240)) -> Image.Image:
     return im
 
 
+def _pool_sized_folder(tmp_path, count: int, size: tuple[int, int]):
+    """A folder of `count` JPEG pictures (enough for the hashing pool when count >= SMALL_BATCH) and
+    the `rewardhouse` command beside this interpreter."""
+    import sys
+    from pathlib import Path
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for seed in range(count):
+        picture(seed, size).save(d / f"p{seed:04d}.jpg", quality=90)
+    return d, Path(sys.executable).with_name("rewardhouse")
+
+
 def _group_ends(pgid: int, what: str, within: float = 10.0) -> None:
     """Every process of the group `pgid` (a command started in a session of its own) is gone within
     `within` seconds."""
@@ -215,17 +228,11 @@ def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path)
     import os
     import signal
     import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     from pipeline.dedupe.hashing import SMALL_BATCH
 
-    d = tmp_path / "imgs"
-    d.mkdir()
-    for seed in range(SMALL_BATCH + 20):
-        picture(seed, (96, 72)).save(d / f"p{seed:04d}.jpg", quality=90)
-    cli = Path(sys.executable).with_name("rewardhouse")
+    d, cli = _pool_sized_folder(tmp_path, SMALL_BATCH + 20, (96, 72))
     for delay in (0.1, 0.15, 0.2, 0.3, 0.5):
         p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
@@ -251,17 +258,11 @@ def test_sigterm_ends_the_command_in_one_line_with_exit_143_and_leaves_nothing_r
     import os
     import signal
     import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     from pipeline.dedupe.hashing import SMALL_BATCH
 
-    d = tmp_path / "imgs"
-    d.mkdir()
-    for seed in range(SMALL_BATCH + 80):
-        picture(seed, (320, 240)).save(d / f"p{seed:04d}.jpg", quality=90)
-    cli = Path(sys.executable).with_name("rewardhouse")
+    d, cli = _pool_sized_folder(tmp_path, SMALL_BATCH + 80, (320, 240))
     ended = 0
     for delay in (0.05, 0.3, 0.6, 0.9, 1.2):
         p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -353,17 +354,11 @@ def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
     import os
     import signal
     import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     from pipeline.dedupe.hashing import SMALL_BATCH
 
-    d = tmp_path / "imgs"
-    d.mkdir()
-    for seed in range(SMALL_BATCH + 80):
-        picture(seed, (320, 240)).save(d / f"p{seed:04d}.jpg", quality=90)
-    cli = Path(sys.executable).with_name("rewardhouse")
+    d, cli = _pool_sized_folder(tmp_path, SMALL_BATCH + 80, (320, 240))
     for delay in (0.4, 0.5, 0.6, 0.9, 1.2):
         p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)

@@ -664,8 +664,8 @@ def _run(jobs: Chunk, size: int, work, workers: int, progress: Progress | None =
 def _worker_init(owner: int) -> None:
     """Workers leave SIGINT/SIGTERM to the process that owns the pool (`owner`): a stop sent to
     the whole process group ends the run at a safe point there, not in the middle of a chunk here.
-    So that a pool whose owner is gone without winding it down (killed, or ended by a SIGTERM it
-    does not handle, as `rewardhouse dedupe`'s) does not wait for work forever, each worker ends
+    So that a pool whose owner is gone without winding it down (killed outright) does not wait
+    for work forever, each worker ends
     itself once the owner is gone (`_orphaned`; its parent, the fork server, lives as long as any
     worker does, so it is the owner that is watched)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
