@@ -63,6 +63,7 @@ import dataclasses
 import inspect
 import itertools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -237,7 +238,8 @@ def score_pairs(predicted: set[frozenset], files: dict[str, dict], true: set[fro
     false_by = Counter(shared(files[a], files[b]) for a, b in map(sorted, false))
     false_kinds = Counter(files[a]["kind"] if files[a]["kind"] == files[b]["kind"] else "(mixed)"
                           for a, b in map(sorted, false))
-    return {"precision": precision, "recall": recall, "f1": f1, "pairs": len(predicted), "false": len(false),
+    return {"precision": precision, "recall": recall, "f1": f1, "pairs": len(predicted), "true": len(true),
+            "false": len(false),
             "false_by": false_by, "false_kinds": false_kinds, "per_edit": {e: tuple(v) for e, v in per_edit.items()}}
 
 
@@ -349,10 +351,18 @@ def _grid_job(job: tuple[int, int]) -> tuple[int, int, dict, float]:
     return i, k, score_pairs(cluster_pairs(rows), _TUNING[k].files), seconds - _TUNING[k].hash_seconds
 
 
+def _standard_error(share: float, n: int) -> float:
+    """One standard error of a share measured on n pairs (binomial), at least one pair's worth."""
+    return max(math.sqrt(share * (1.0 - share) / n), 1.0 / n) if n else 1.0
+
+
 def _dominates(these: list[dict], those: list[dict]) -> bool:
-    """At least as good in every half's precision and recall, and better in one."""
-    pairs = [(a[m], b[m]) for a, b in zip(these, those) for m in ("precision", "recall")]
-    return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
+    """At least as good in every half's precision and recall, and better in one by more than its
+    standard error (a precision over `those`' predicted pairs, a recall over the true pairs): a
+    gain of one pair in hundreds is the noise of the measure, not a better rule."""
+    pairs = [(a[m], b[m], b["pairs" if m == "precision" else "true"]) for a, b in zip(these, those)
+             for m in ("precision", "recall")]
+    return all(x >= y for x, y, _ in pairs) and any(x - y > _standard_error(y, n) for x, y, n in pairs)
 
 
 def choose(grid: list, default, tuning: list[Half], jobs: int) -> tuple[object, dict, str]:
@@ -386,7 +396,8 @@ def choose(grid: list, default, tuning: list[Half], jobs: int) -> tuple[object, 
     if ok:
         # the one-standard-error rule: a difference in mean F1 smaller than the measure's noise is no
         # reason to move; among the rules within F1_MARGIN of the best, those at least as good as the
-        # default in every half's precision and recall (and better somewhere) compete on mean F1,
+        # default in every half's precision and recall (and better somewhere by more than a standard
+        # error: _dominates) compete on mean F1,
         # and when there is none the one closest to the default stands
         top = max(mean_f1[i] for i in ok)
         near = [i for i in ok if mean_f1[i] >= top - F1_MARGIN]
