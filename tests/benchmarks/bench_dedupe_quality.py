@@ -1,6 +1,6 @@
 """Dedupe quality on generated look-alikes, with the rule chosen on one half and reported on the other.
 
-Three generated sets, none committed:
+Five generated sets, none committed:
 
   figures  figureset.py: charts (pie, bar, grouped bar, line, scatter, FigureQA- and DVQA-style),
            tables, geometry diagrams, text pages, slides and form screenshots, drawn with matplotlib
@@ -13,14 +13,17 @@ Three generated sets, none committed:
   plain    plainset.py: pictures of a few plain areas (flags, two-tone grounds, a disc, an icon or
            a ring on a ground, stripes, a gradient), one family per kind with other colours and
            positions, half with two edited copies; split by kind; reported, never tuned on.
+  modest   modestset.py: a second generator, written apart from figureset.py (Pillow, other layouts,
+           palettes and fonts): 16 kinds of figures in families whose figures differ a little (a bar or
+           two, a few table cells or line points, a word), with its own edits; reported, never tuned on.
   scale    figureset.py --scale: N/2 pies of one template and N/2 bar charts of one template, no
            copies: every pair is a false pair, so an engine should find no cluster.
 
 Each of figures and photos is split into a tuning half and a held-back half that share no family:
 figures by kind and template (some kinds are tuning-only, some held back whole, the others
 alternate their templates), photos by picture. Every edit occurs in both halves (about --per-edit
-copies per edit per half). The plain set splits by kind too (plainset.py), but neither of its
-halves takes part in the rule search.
+copies per edit per half). The plain set splits by kind too (plainset.py), and the modest set by
+seed (modestset.py), but none of their halves takes part in the rule search.
 
 The rule is chosen on the tuning halves only: each half is hashed once
 (pipeline.dedupe.hashing.hash_files) and the engine (pipeline.dedupe.folder.dedupe_folder) is run
@@ -28,7 +31,7 @@ on the tuning halves with every rule of pipeline.dedupe.verify.tuning_grid(). Am
 precision >= MIN_PRECISION on both tuning halves (figures and photos), only those whose mean F1 over
 the halves is within F1_MARGIN (about one standard error of a half's F1) of the best compete (the
 one-standard-error rule): of those at least as good as verify.DEFAULT_RULE in every half's
-precision and recall, and better in one, the best mean F1; when there is none, the one closest to
+precision and recall, and better in one by more than that measure's standard error, the best mean F1; when there is none, the one closest to
 DEFAULT_RULE (a difference within the noise is no reason to move). Then both halves are
 reported for the chosen rule and for DEFAULT_RULE, and the run says whether the default is the rule
 the tuning halves chose (it should be: the shipped default is meant to be that rule).
@@ -48,7 +51,7 @@ clusters (most false pairs) are listed with each file's family, edit, and the en
 score, to be looked at.
 
     python tests/benchmarks/bench_dedupe_quality.py [--figures 800] [--photos 300] [--scale 2000]
-        [--plain 60] [--seed 7] [--sets figures,photos,plain,scale] [--per-edit 32] [--keep DIR] [--quick]
+        [--plain 60] [--seed 7] [--sets figures,photos,plain,modest,scale] [--per-edit 32] [--keep DIR] [--quick]
         [--no-tuning] [--jobs N]
 
 --keep DIR builds the sets in DIR and leaves them there; a later run with the same DIR and the same
@@ -79,6 +82,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 import pipeline  # noqa: E402,F401  (its process settings, before NumPy loads, as in every rewardhouse process)
 
+import modestset  # noqa: E402
 import photoset  # noqa: E402
 import plainset  # noqa: E402
 from bench_hashing import peer_python  # noqa: E402
@@ -191,6 +195,18 @@ def build_plain(out: Path, per_kind: int, seed: int) -> tuple[list[Half], bool]:
         files = plainset.build(out, per_kind, seed)
         _finish(out, params, files)
     return _halves("plain", out, files), reused
+
+
+def build_modest(out: Path, seed: int) -> tuple[list[Half], bool]:
+    params = {"modest": seed, "version": _version("modestset.py")}
+    files = _reuse(out, params)
+    reused = files is not None
+    if not reused:
+        if out.exists():
+            shutil.rmtree(out)
+        files = modestset.build(out, seed)
+        _finish(out, params, files)
+    return _halves("modest", out, files), reused
 
 
 def _cores() -> int:
@@ -604,8 +620,8 @@ def main() -> int:
     parser.add_argument("--plain", type=int, default=60, help="bases per kind in the plain set")
     parser.add_argument("--per-edit", type=int, default=32, help="edited copies per edit per half")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--sets", default="figures,photos,plain,scale",
-                        help="comma-separated: figures, photos, plain, scale")
+    parser.add_argument("--sets", default="figures,photos,plain,modest,scale",
+                        help="comma-separated: figures, photos, plain, modest, scale")
     parser.add_argument("--keep", type=Path, help="build the sets here, keep them, reuse them when the options match")
     parser.add_argument("--quick", action="store_true", help="small sets: a smoke test")
     parser.add_argument("--no-tuning", action="store_true", help="report DEFAULT_RULE only, no rule search")
@@ -614,7 +630,7 @@ def main() -> int:
     if args.quick:
         args.figures, args.photos, args.scale, args.per_edit, args.plain = 240, 60, 400, 10, 15
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = set(sets) - {"figures", "photos", "plain", "scale"}
+    unknown = set(sets) - {"figures", "photos", "plain", "modest", "scale"}
     if unknown:
         parser.error(f"unknown set(s): {', '.join(sorted(unknown))}")
     started = time.perf_counter()
@@ -638,7 +654,7 @@ def _run(args, sets: list[str], top: Path, started: float) -> int:
         python, why = peer_python()
         if python is None:
             print(f"figures and scale skipped: they are drawn by .bench-venv's matplotlib, which is unavailable: {why}")
-            sets = [s for s in sets if s in ("photos", "plain")]
+            sets = [s for s in sets if s in ("photos", "plain", "modest")]
     built: dict[str, list[Half]] = {}
     for which in sets:
         t = time.perf_counter()
@@ -649,6 +665,8 @@ def _run(args, sets: list[str], top: Path, started: float) -> int:
             built[which], reused = build_photos(top / "photos", args.photos, args.seed, args.per_edit)
         elif which == "plain":
             built[which], reused = build_plain(top / "plain", args.plain, args.seed)
+        elif which == "modest":
+            built[which], reused = build_modest(top / "modest", args.seed)
         else:
             half, reused = build_scale(top / "scale", python, args.scale, args.seed)
             built[which] = [half]
@@ -682,12 +700,12 @@ def _run(args, sets: list[str], top: Path, started: float) -> int:
               f"DEFAULT_RULE is NOT the rule the tuning halves chose (default: {default}; chosen: {chosen})")
 
     t = time.perf_counter()
-    folders = [h for which in ("figures", "photos", "plain") for h in built.get(which, [])]
+    folders = [h for which in ("figures", "photos", "plain", "modest") for h in built.get(which, [])]
     scale = built["scale"][0] if "scale" in built else None
     peer_why = run_imagededup(folders, scale) if halves else ""
     print(f"imagededup over {len(halves)} folder(s) in {time.perf_counter() - t:.1f}s (torch import included)"
           + (f": {peer_why}" if peer_why else ""))
-    for which in ("figures", "photos", "plain"):
+    for which in ("figures", "photos", "plain", "modest"):
         if which in built:
             evaluate_set(built[which], chosen, default, tuned, peer_why)
     if "scale" in built:
