@@ -14,13 +14,14 @@ import os
 import signal
 import sys
 
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-# The fork server ends when its last client is gone (its pipe's end of file): at once,
-# without the interpreter's teardown of NumPy, Pillow and numba (about 0.17 s of one core, during
-# which it still holds the command's standard output and error: `rewardhouse dedupe DIR | ...`
-# would wait for it). It writes nothing and holds nothing to flush; its workers exit on their own.
-# Only in the fork server itself, which imports this module from multiprocessing.forkserver.main
-# (its preloads): any other process that imports it keeps its own exit status.
+# In the fork server, SIGINT is ignored first (before the imports below). And the fork server
+# ends when its last client is gone (its pipe's end of file): at once, without the interpreter's
+# teardown of NumPy, Pillow and numba (about 0.17 s of one core, during which it still holds the
+# command's standard output and error: `rewardhouse dedupe DIR | ...` would wait for it). It writes
+# nothing and holds nothing to flush; its workers exit on their own. Only in the fork server
+# itself, which imports this module from multiprocessing.forkserver.main (its preloads): any other
+# process that imports it keeps its own Ctrl-C (an ignored SIGINT is inherited by every process it
+# starts) and its own exit status.
 
 
 def _in_fork_server() -> bool:
@@ -57,6 +58,7 @@ def quiet_lost_pool(kind, value, tb, _previous=sys.excepthook) -> None:
 
 
 if _in_fork_server():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     atexit.register(os._exit, 0)
     sys.excepthook = quiet_lost_pool  # inherited by every child it forks
 
