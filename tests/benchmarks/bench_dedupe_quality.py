@@ -31,8 +31,9 @@ on the tuning halves with every rule of pipeline.dedupe.verify.tuning_grid(). Am
 precision >= MIN_PRECISION on both tuning halves (figures and photos), only those whose mean F1 over
 the halves is within F1_MARGIN (about one standard error of a half's F1) of the best compete (the
 one-standard-error rule): of those at least as good as verify.DEFAULT_RULE in every half's
-precision and recall, and better in one by more than that measure's standard error, the best mean F1; when there is none, the one closest to
-DEFAULT_RULE (a difference within the noise is no reason to move). Then both halves are
+precision and recall, and better in one by more than that measure's standard error, the best mean
+F1; when there is none, the one closest to DEFAULT_RULE (a difference within the noise is no reason
+to move). Then both halves are
 reported for the chosen rule and for DEFAULT_RULE, and the run says whether the default is the rule
 the tuning halves chose (it should be: the shipped default is meant to be that rule).
 
@@ -94,6 +95,7 @@ MIN_PRECISION = 0.99  # a rule must reach this on every tuning half to be chosen
 # true pairs): rules closer than this to the best mean F1 are not told apart by it.
 F1_MARGIN = 0.01
 HALVES = ("tuning", "held_back")
+SETS = ("figures", "photos", "plain", "modest", "scale")
 WORST_CLUSTERS = 4  # false clusters printed per set and rule
 WORST_MEMBERS = 6  # files printed per false cluster
 
@@ -141,8 +143,6 @@ def _halves(set_name: str, out: Path, files: dict, halves=HALVES) -> list[Half]:
 
 
 def _figureset(python: Path, out: Path, *args: str) -> dict:
-    if out.exists():
-        shutil.rmtree(out)
     cmd = [str(python), str(HERE / "figureset.py"), str(out), *args, "--workers", str(min(_cores(), 4))]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
@@ -150,62 +150,54 @@ def _figureset(python: Path, out: Path, *args: str) -> dict:
     return json.loads((out / "manifest.json").read_text())["files"]
 
 
+def _built(out: Path, params: dict, make) -> tuple[dict, bool]:
+    """The set kept in `out` when it was built with `params`; else `make()` builds it there again
+    (out emptied first). Returns (files, reused)."""
+    files = _reuse(out, params)
+    if files is not None:
+        return files, True
+    if out.exists():
+        shutil.rmtree(out)
+    files = make()
+    _finish(out, params, files)
+    return files, False
+
+
 def build_figures(out: Path, python: Path, figures: int, seed: int, per_edit: int) -> tuple[list[Half], bool]:
     params = {"figures": figures, "seed": seed, "per_edit": per_edit, "version": _version("figureset.py", "edits.py")}
-    files = _reuse(out, params)
-    reused = files is not None
-    if not reused:
-        files = _figureset(python, out, "--seed", str(seed), "--figures", str(figures), "--per-edit", str(per_edit))
-        _finish(out, params, files)
+    files, reused = _built(out, params, lambda: _figureset(python, out, "--seed", str(seed), "--figures", str(figures),
+                                                           "--per-edit", str(per_edit)))
     return _halves("figures", out, files), reused
 
 
 def build_scale(out: Path, python: Path, n: int, seed: int) -> tuple[Half, bool]:
     params = {"scale": n, "seed": seed, "version": _version("figureset.py", "edits.py")}
-    files = _reuse(out, params)
-    reused = files is not None
-    if not reused:
-        files = _figureset(python, out, "--seed", str(seed), "--scale", str(n // 2))
-        _finish(out, params, files)
+    files, reused = _built(out, params, lambda: _figureset(python, out, "--seed", str(seed), "--scale", str(n // 2)))
     return _halves(f"scale: {n // 2} pies of one template + {n // 2} bar charts of one template", out, files,
                    ("scale",))[0], reused
 
 
 def build_photos(out: Path, bases: int, seed: int, per_edit: int) -> tuple[list[Half], bool]:
     params = {"photos": bases, "seed": seed, "per_edit": per_edit, "version": _version("photoset.py", "edits.py")}
-    files = _reuse(out, params)
-    reused = files is not None
-    if not reused:
-        if out.exists():
-            shutil.rmtree(out)
+
+    def make() -> dict:
         out.mkdir(parents=True)
-        files = photoset.build(out, bases, seed, per_edit=per_edit, workers=min(_cores(), 4),
-                               log=lambda line: print(line, flush=True))
-        _finish(out, params, files)
+        return photoset.build(out, bases, seed, per_edit=per_edit, workers=min(_cores(), 4),
+                              log=lambda line: print(line, flush=True))
+
+    files, reused = _built(out, params, make)
     return _halves("photos", out, files), reused
 
 
 def build_plain(out: Path, per_kind: int, seed: int) -> tuple[list[Half], bool]:
     params = {"plain": per_kind, "seed": seed, "version": _version("plainset.py")}
-    files = _reuse(out, params)
-    reused = files is not None
-    if not reused:
-        if out.exists():
-            shutil.rmtree(out)
-        files = plainset.build(out, per_kind, seed)
-        _finish(out, params, files)
+    files, reused = _built(out, params, lambda: plainset.build(out, per_kind, seed))
     return _halves("plain", out, files), reused
 
 
 def build_modest(out: Path, seed: int) -> tuple[list[Half], bool]:
     params = {"modest": seed, "version": _version("modestset.py")}
-    files = _reuse(out, params)
-    reused = files is not None
-    if not reused:
-        if out.exists():
-            shutil.rmtree(out)
-        files = modestset.build(out, seed)
-        _finish(out, params, files)
+    files, reused = _built(out, params, lambda: modestset.build(out, seed))
     return _halves("modest", out, files), reused
 
 
@@ -620,8 +612,7 @@ def main() -> int:
     parser.add_argument("--plain", type=int, default=60, help="bases per kind in the plain set")
     parser.add_argument("--per-edit", type=int, default=32, help="edited copies per edit per half")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--sets", default="figures,photos,plain,modest,scale",
-                        help="comma-separated: figures, photos, plain, modest, scale")
+    parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated: {', '.join(SETS)}")
     parser.add_argument("--keep", type=Path, help="build the sets here, keep them, reuse them when the options match")
     parser.add_argument("--quick", action="store_true", help="small sets: a smoke test")
     parser.add_argument("--no-tuning", action="store_true", help="report DEFAULT_RULE only, no rule search")
@@ -630,7 +621,7 @@ def main() -> int:
     if args.quick:
         args.figures, args.photos, args.scale, args.per_edit, args.plain = 240, 60, 400, 10, 15
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = set(sets) - {"figures", "photos", "plain", "modest", "scale"}
+    unknown = set(sets) - set(SETS)
     if unknown:
         parser.error(f"unknown set(s): {', '.join(sorted(unknown))}")
     started = time.perf_counter()

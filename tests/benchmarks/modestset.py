@@ -887,9 +887,9 @@ def add_copies(r, im, info, outdir, files, edit_cycle, share=1 / 3):
         return
     for j in range(r.choice([1, 1, 2, 2, 3])):
         e = next(edit_cycle)
-        out, fmt, _ = apply_edit(im, e, r)
+        out, fmt, params = apply_edit(im, e, r)
         p = save(out, outdir / f"{info['figure']}_c{j}", fmt)
-        files[f"{outdir.name}/{p.name}"] = dict(info, edit=e)
+        files[f"{outdir.name}/{p.name}"] = dict(info, edit=e, params=params)  # params: the edit's sizes, to look at
 
 
 def cycler(r):
