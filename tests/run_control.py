@@ -37,9 +37,8 @@ def env_for(home: Path) -> dict:
     return env
 
 
-def as_from_a_terminal() -> None:
-    """A child's preexec_fn: it starts as from a terminal or a service manager, SIGINT/SIGTERM at
-    their defaults (a background job ignores SIGINT, and a child inherits that across exec)."""
+def _default_signals() -> None:
+    # As from a terminal or a service manager: SIGINT/SIGTERM not ignored (a background job's are).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # A run outlives no test session: killed with the process that started it, even by SIGKILL (Linux).
@@ -63,7 +62,7 @@ def _end_started_groups() -> None:
 
 def start(home: Path, *argv: str) -> subprocess.Popen:
     proc = subprocess.Popen([str(CLI), "run", *argv], env=env_for(home), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=as_from_a_terminal)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_signals)
     _STARTED.append(proc)
     return proc
 

@@ -2,11 +2,11 @@
 
 import csv
 import io
+from contextlib import contextmanager
 
 from PIL import Image, ImageDraw, ImageEnhance
 
 from pipeline.cli import main
-from run_control import as_from_a_terminal
 
 
 def picture(seed: int, size=(320, 240)) -> Image.Image:
@@ -30,6 +30,20 @@ def _pool_sized_folder(tmp_path, count: int, size: tuple[int, int]):
     for seed in range(count):
         picture(seed, size).save(d / f"p{seed:04d}.jpg", quality=90)
     return d, Path(sys.executable).with_name("rewardhouse")
+
+
+@contextmanager
+def _ctrl_c_reaches_children():
+    """While inside, the processes this one starts begin with SIGINT at its default, as from a
+    terminal, whatever this process does with it: an ignored SIGINT is inherited across exec (a
+    background job's), a handler is not."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _group_ends(pgid: int, what: str, within: float = 10.0) -> None:
@@ -235,8 +249,9 @@ def test_ctrl_c_in_the_first_second_ends_quietly_and_leaves_no_process(tmp_path)
 
     d, cli = _pool_sized_folder(tmp_path, SMALL_BATCH + 20, (96, 72))
     for delay in (0.1, 0.15, 0.2, 0.3, 0.5):
-        p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True, preexec_fn=as_from_a_terminal)
+        with _ctrl_c_reaches_children():
+            p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
         time.sleep(delay)
         os.killpg(p.pid, signal.SIGINT)
         _, err = p.communicate(timeout=60)
@@ -323,9 +338,9 @@ def test_the_fork_server_says_nothing_of_a_worker_whose_pool_is_gone_and_everyth
     semaphore (unlinked: the pool was torn down while it was forked) ends without a traceback; any
     other error of a forked child keeps it."""
     import io
-    import signal
     import sys
     from contextlib import redirect_stderr
+    import signal
     from multiprocessing import synchronize
 
     before = signal.getsignal(signal.SIGINT)
@@ -367,8 +382,9 @@ def test_ctrl_c_twice_while_the_pool_winds_down_ends_it_at_once(tmp_path):
 
     d, cli = _pool_sized_folder(tmp_path, SMALL_BATCH + 80, (320, 240))
     for delay in (0.4, 0.5, 0.6, 0.9, 1.2):
-        p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True, preexec_fn=as_from_a_terminal)
+        with _ctrl_c_reaches_children():
+            p = subprocess.Popen([str(cli), "dedupe", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
         time.sleep(delay)
         for _ in range(2):
             try:

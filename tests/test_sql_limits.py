@@ -15,7 +15,6 @@ import duckdb
 import pytest
 
 from pipeline.cli import main
-from run_control import as_from_a_terminal
 
 BIN = Path(sys.executable).parent
 RUNAWAY = "select sum(hash(range)) from range(100000000000)"
@@ -63,12 +62,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _default_signals() -> None:
+    # As from a terminal: SIGINT not ignored (a suite started as a background job ignores it, and
+    # a child inherits that).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "query interrupted after "),
                                               (signal.SIGTERM, 143, "query stopped by SIGTERM after ")],
                          ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_interrupts_a_running_query(reader_home, tmp_path, sig, code, said):
     proc = subprocess.Popen([str(BIN / "rewardhouse"), "sql", "--timeout", "0", RUNAWAY], env=reader_home,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
     spill = tmp_path / "spill"
     try:
         # The reader makes its spill folder just before it connects; then the query burns CPU.
